@@ -1,0 +1,131 @@
+package client_test
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sandbox-mcp/sandbox-mcp/envd/client"
+	"github.com/sandbox-mcp/sandbox-mcp/envd/envdtest"
+)
+
+// reportPercentiles adds p50 and p99 of ds (in µs) to b's metrics.
+func reportPercentiles(b *testing.B, ds []time.Duration) {
+	if len(ds) == 0 {
+		return
+	}
+	slices.Sort(ds)
+	at := func(q float64) float64 {
+		i := int(q * float64(len(ds)-1))
+		return float64(ds[i].Microseconds())
+	}
+	b.ReportMetric(at(0.50), "p50-µs")
+	b.ReportMetric(at(0.99), "p99-µs")
+}
+
+// BenchmarkRunTrue is one Run of `true` through the envd client over the
+// unix socket of a daemon running as its own process. Compare with
+// BenchmarkExecTrue, the same command through os/exec, in the same run.
+func BenchmarkRunTrue(b *testing.B) {
+	p := envdtest.StartProcess(b)
+	c := newClient(b, p.Endpoint)
+	cmd := client.Command{Cmd: "/bin/true"}
+	if _, err := c.Run(b.Context(), cmd, client.RunOptions{}); err != nil { // warm the connection
+		b.Fatal(err)
+	}
+	ds := make([]time.Duration, 0, b.N)
+	b.ResetTimer()
+	for b.Loop() {
+		t0 := time.Now()
+		res, err := c.Run(b.Context(), cmd, client.RunOptions{})
+		if err != nil || res.ExitCode != 0 {
+			b.Fatal(res, err)
+		}
+		ds = append(ds, time.Since(t0))
+	}
+	reportPercentiles(b, ds)
+}
+
+// BenchmarkExecTrue is the baseline for BenchmarkRunTrue.
+func BenchmarkExecTrue(b *testing.B) {
+	ds := make([]time.Duration, 0, b.N)
+	for b.Loop() {
+		t0 := time.Now()
+		if err := exec.Command("/bin/true").Run(); err != nil {
+			b.Fatal(err)
+		}
+		ds = append(ds, time.Since(t0))
+	}
+	reportPercentiles(b, ds)
+}
+
+// BenchmarkStdoutThroughput streams 256 MiB of stdout from the daemon (its
+// own process) to the client with a 1 MiB capture, and reports the daemon's
+// peak RSS and, measured in a fresh helper process, the client's peak RSS
+// for 64 MiB and for 256 MiB of output: memory independent of output size.
+func BenchmarkStdoutThroughput(b *testing.B) {
+	const size = 256 << 20
+	p := envdtest.StartProcess(b)
+	c := newClient(b, p.Endpoint)
+	cmd := client.Command{Cmd: "head", Args: []string{"-c", strconv.Itoa(size), "/dev/zero"}}
+	b.SetBytes(size)
+	for b.Loop() {
+		res, err := c.Run(b.Context(), cmd, client.RunOptions{StdoutLimit: 1 << 20})
+		if err != nil || res.Stdout.Total != size {
+			b.Fatal(res, err)
+		}
+	}
+	b.StopTimer()
+	if rss, err := envdtest.PeakRSS(p.Cmd.Process.Pid); err == nil {
+		b.ReportMetric(float64(rss)/(1<<20), "daemon-peak-MiB")
+	}
+	for _, n := range []int{64 << 20, size} {
+		rss, err := clientPeakRSS(p.Endpoint, n)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.ReportMetric(float64(rss)/(1<<20), fmt.Sprintf("client-peak-MiB-%dMiB", n>>20))
+	}
+}
+
+// clientPeakRSS runs TestClientRSSHelper in a new process (so its peak RSS
+// covers only the client) for a Run of n bytes of stdout.
+func clientPeakRSS(endpoint string, n int) (int64, error) {
+	cmd := exec.Command(os.Args[0], "-test.run=^TestClientRSSHelper$", "-test.count=1")
+	cmd.Env = append(os.Environ(), "ENVD_RSS_ENDPOINT="+endpoint, "ENVD_RSS_BYTES="+strconv.Itoa(n))
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return 0, fmt.Errorf("helper: %v: %s", err, out)
+	}
+	for _, line := range strings.Split(string(out), "\n") {
+		if v, ok := strings.CutPrefix(line, "peak_rss="); ok {
+			return strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+		}
+	}
+	return 0, fmt.Errorf("helper printed no peak_rss: %s", out)
+}
+
+// TestClientRSSHelper is run by clientPeakRSS in its own process; it does
+// nothing in a normal test run.
+func TestClientRSSHelper(t *testing.T) {
+	endpoint := os.Getenv("ENVD_RSS_ENDPOINT")
+	if endpoint == "" {
+		t.Skip("helper for BenchmarkStdoutThroughput")
+	}
+	n, _ := strconv.Atoi(os.Getenv("ENVD_RSS_BYTES"))
+	c := newClient(t, endpoint)
+	res, err := c.Run(t.Context(), client.Command{Cmd: "head", Args: []string{"-c", strconv.Itoa(n), "/dev/zero"}}, client.RunOptions{StdoutLimit: 1 << 20})
+	if err != nil || res.Stdout.Total != int64(n) {
+		t.Fatal(res, err)
+	}
+	rss, err := envdtest.PeakRSS(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Printf("peak_rss=%d\n", rss)
+}

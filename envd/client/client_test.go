@@ -1,0 +1,549 @@
+package client_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/sandbox-mcp/sandbox-mcp/envd/client"
+	"github.com/sandbox-mcp/sandbox-mcp/envd/daemon"
+	"github.com/sandbox-mcp/sandbox-mcp/envd/envdtest"
+)
+
+func sh(script string) client.Command {
+	return client.Command{Cmd: "/bin/sh", Args: []string{"-c", script}}
+}
+
+func newClient(t testing.TB, endpoint string, opts ...client.Option) *client.Client {
+	t.Helper()
+	c, err := client.New(endpoint, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	return c
+}
+
+// forEachNetwork runs f against an in-process daemon on a unix socket and on
+// loopback TCP.
+func forEachNetwork(t *testing.T, f func(t *testing.T, d *envdtest.Daemon, c *client.Client)) {
+	for _, network := range []string{"unix", "tcp"} {
+		t.Run(network, func(t *testing.T) {
+			d := envdtest.Serve(t, network, daemon.Config{Env: map[string]string{"GLOBAL": "g"}})
+			f(t, d, newClient(t, d.Endpoint))
+		})
+	}
+}
+
+func TestRunBasics(t *testing.T) {
+	forEachNetwork(t, func(t *testing.T, d *envdtest.Daemon, c *client.Client) {
+		ctx := t.Context()
+		if err := os.Mkdir(filepath.Join(d.Root, "sub"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		res, err := c.Run(ctx, client.Command{
+			Cmd:  "/bin/sh",
+			Args: []string{"-c", `printf '%s|' "$0" "$1" "$A" "$GLOBAL" "$(pwd)"; echo to-stderr >&2; cat; exit 7`, "arg zero", "arg one"},
+			Env:  map[string]string{"A": "from-env"},
+			Cwd:  "sub",
+			Stdin: strings.NewReader("from-stdin"),
+		}, client.RunOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := "arg zero|arg one|from-env|g|" + filepath.Join(d.Root, "sub") + "|from-stdin"
+		if got := string(res.Stdout.Bytes()); got != want {
+			t.Errorf("stdout = %q, want %q", got, want)
+		}
+		if got := string(res.Stderr.Bytes()); got != "to-stderr\n" {
+			t.Errorf("stderr = %q", got)
+		}
+		if res.ExitCode != 7 || !res.Exited || res.TimedOut || res.Pid == 0 {
+			t.Errorf("result = %+v", res)
+		}
+		if res.Stdout.Total != int64(len(want)) || res.Stdout.Truncated {
+			t.Errorf("stdout accounting = %+v", res.Stdout)
+		}
+	})
+}
+
+func TestRunSignalDeathIsNeverZero(t *testing.T) {
+	c := newClient(t, envdtest.Serve(t, "unix", daemon.Config{}).Endpoint)
+	for _, tc := range []struct {
+		sig  string
+		code int
+		name string
+	}{{"KILL", 137, "killed"}, {"TERM", 143, "terminated"}, {"SEGV", 139, "segmentation fault"}} {
+		res, err := c.Run(t.Context(), sh("kill -"+tc.sig+" $$"), client.RunOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Exited || res.ExitCode != tc.code || !strings.HasPrefix(res.Signal, tc.name) {
+			t.Errorf("SIG%s: exited=%v code=%d signal=%q status=%q", tc.sig, res.Exited, res.ExitCode, res.Signal, res.Status)
+		}
+	}
+}
+
+// pidAlive reports whether pid exists and is not a zombie.
+func pidAlive(pid int) bool {
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	s := string(raw)
+	i := strings.LastIndexByte(s, ')')
+	return i < 0 || i+2 >= len(s) || s[i+2] != 'Z'
+}
+
+func TestDeadlineKillsProcessGroup(t *testing.T) {
+	d := envdtest.Serve(t, "unix", daemon.Config{})
+	c := newClient(t, d.Endpoint)
+	pidFile := filepath.Join(d.Root, "grandchild.pid")
+	cmd := sh(`sleep 300 & echo $! > ` + pidFile + `; wait`)
+	cmd.Timeout = 500 * time.Millisecond
+	res, err := c.Run(t.Context(), cmd, client.RunOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.TimedOut || res.Exited || res.ExitCode != 137 {
+		t.Fatalf("result = %+v; want timed out, killed", res)
+	}
+	raw, err := os.ReadFile(pidFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, _ := strconv.Atoi(strings.TrimSpace(string(raw)))
+	// The group was SIGKILLed before the end event was sent; the grandchild
+	// may only linger as a zombie until reaped.
+	if pid == 0 || pidAlive(pid) {
+		t.Fatalf("grandchild %d survived the deadline", pid)
+	}
+}
+
+func TestCancelKillsProcess(t *testing.T) {
+	d := envdtest.Serve(t, "unix", daemon.Config{})
+	c := newClient(t, d.Endpoint)
+	ctx, cancel := context.WithCancel(t.Context())
+	started := make(chan uint32, 1)
+	errc := make(chan error, 1)
+	go func() {
+		_, err := c.Run(ctx, sh("sleep 300"), client.RunOptions{OnStart: func(pid uint32) { started <- pid }})
+		errc <- err
+	}()
+	pid := <-started
+	cancel()
+	err := <-errc
+	if connect.CodeOf(err) != connect.CodeCanceled {
+		t.Fatalf("Run after cancel = %v; want canceled", err)
+	}
+	if client.IsPossibleLoss(err) {
+		t.Errorf("a caller's cancellation must not look like a sandbox loss: %v", err)
+	}
+	// Run returns after the kill was acknowledged: the process is gone.
+	if pidAlive(int(pid)) {
+		t.Fatalf("process %d still alive after cancel", pid)
+	}
+}
+
+func TestCancelBeforePidKillsByTag(t *testing.T) {
+	d := envdtest.Serve(t, "unix", daemon.Config{})
+	c := newClient(t, d.Endpoint, client.WithKillTimeout(30*time.Second))
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel() // abandoned before anything came back
+	cmd := sh("sleep 300")
+	cmd.Tag = "early-cancel"
+	if _, err := c.Run(ctx, cmd, client.RunOptions{}); connect.CodeOf(err) != connect.CodeCanceled {
+		t.Fatalf("Run = %v; want canceled", err)
+	}
+	procs, err := c.List(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range procs {
+		if p.Tag == "early-cancel" {
+			t.Fatalf("process %d tagged early-cancel still running", p.Pid)
+		}
+	}
+}
+
+func TestBackgroundHandleReconnectAndList(t *testing.T) {
+	c := newClient(t, envdtest.Serve(t, "unix", daemon.Config{}).Endpoint)
+	ctx := t.Context()
+	cmd := sh(`read line; echo "got $line"; read line2; echo "then $line2"; exit 3`)
+	cmd.Tag = "bg-1"
+	h, err := c.Start(ctx, cmd, true, client.StartOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	procs, err := c.List(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, p := range procs {
+		found = found || (p.Pid == h.Pid() && p.Tag == "bg-1" && p.Cmd == "/bin/sh")
+	}
+	if !found {
+		t.Fatalf("List = %+v; want pid %d tagged bg-1", procs, h.Pid())
+	}
+	// Drop the first handle: the process keeps running.
+	h.Disconnect()
+	byPid, err := c.Connect(ctx, client.ByPid(h.Pid()), client.StartOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	byTag, err := c.Connect(ctx, client.ByTag("bg-1"), client.StartOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if byTag.Pid() != h.Pid() {
+		t.Fatalf("connect by tag gave pid %d, want %d", byTag.Pid(), h.Pid())
+	}
+	if err := byPid.SendInput(ctx, []byte("one\ntwo\n")); err != nil {
+		t.Fatal(err)
+	}
+	for _, hh := range []*client.Handle{byPid, byTag} {
+		res, err := hh.Wait(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := string(res.Stdout.Bytes()); got != "got one\nthen two\n" || res.ExitCode != 3 {
+			t.Errorf("attached handle saw %q exit %d", got, res.ExitCode)
+		}
+	}
+	if err := c.Kill(ctx, client.ByPid(h.Pid())); err != nil {
+		t.Errorf("Kill of an ended process = %v; want nil (already gone is success)", err)
+	}
+	if _, err := c.Connect(ctx, client.ByPid(999999), client.StartOptions{}); !client.IsNotFound(err) {
+		t.Errorf("Connect to an unknown pid = %v; want not_found", err)
+	}
+}
+
+func TestCloseStdinGivesEOF(t *testing.T) {
+	c := newClient(t, envdtest.Serve(t, "unix", daemon.Config{}).Endpoint)
+	ctx := t.Context()
+	h, err := c.Start(ctx, sh("wc -c"), true, client.StartOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.SendInput(ctx, []byte("12345")); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 { // idempotent
+		if err := h.CloseStdin(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	res, err := h.Wait(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.TrimSpace(string(res.Stdout.Bytes())) != "5" {
+		t.Fatalf("wc saw %q", res.Stdout.Bytes())
+	}
+}
+
+func TestPTYEchoAndResize(t *testing.T) {
+	c := newClient(t, envdtest.Serve(t, "unix", daemon.Config{}).Endpoint)
+	ctx := t.Context()
+	cmd := sh(`stty size; read x; stty size; echo "typed:$x"`)
+	cmd.PTY = &client.PTYSize{Cols: 100, Rows: 40}
+	h, err := c.Start(ctx, cmd, false, client.StartOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Resize(ctx, client.ByPid(h.Pid()), client.PTYSize{Cols: 120, Rows: 50}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.SendInput(ctx, client.ByPid(h.Pid()), []byte("hello\r"), true); err != nil {
+		t.Fatal(err)
+	}
+	res, err := h.Wait(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := string(res.Stdout.Bytes())
+	// The first stty may run before or after the resize; the second runs
+	// after it. The terminal echoes what was typed.
+	if !strings.Contains(out, "50 120") || !strings.Contains(out, "typed:hello") || !strings.Contains(out, "hello") {
+		t.Fatalf("pty output = %q", out)
+	}
+}
+
+// A program that writes 64 MiB before reading 1 MiB of stdin must not
+// deadlock: stdin is fed while output is consumed. With a 1 MiB capture the
+// client keeps head and tail only, and counts everything.
+func TestLargeOutputWithStdin(t *testing.T) {
+	c := newClient(t, envdtest.Serve(t, "unix", daemon.Config{}).Endpoint)
+	const out, in = 64 << 20, 1 << 20
+	res, err := c.Run(t.Context(), client.Command{
+		Cmd:   "/bin/sh",
+		Args:  []string{"-c", fmt.Sprintf("head -c %d /dev/zero; head -c %d | wc -c >&2", out, in)},
+		Stdin: bytes.NewReader(make([]byte, in)),
+	}, client.RunOptions{StdoutLimit: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Stdout.Total != out || !res.Stdout.Truncated || len(res.Stdout.Head)+len(res.Stdout.Tail) != 1<<20 {
+		t.Errorf("stdout total=%d truncated=%v kept=%d", res.Stdout.Total, res.Stdout.Truncated, len(res.Stdout.Head)+len(res.Stdout.Tail))
+	}
+	if strings.TrimSpace(string(res.Stderr.Bytes())) != strconv.Itoa(in) || res.ExitCode != 0 {
+		t.Errorf("stdin seen = %q exit %d", res.Stderr.Bytes(), res.ExitCode)
+	}
+}
+
+func TestTeeGetsWholeStream(t *testing.T) {
+	c := newClient(t, envdtest.Serve(t, "unix", daemon.Config{}).Endpoint)
+	var tee bytes.Buffer
+	res, err := c.Run(t.Context(), sh("seq 1 200000"), client.RunOptions{StdoutLimit: 1000, Stdout: &tee})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want bytes.Buffer
+	for i := 1; i <= 200000; i++ {
+		fmt.Fprintln(&want, i)
+	}
+	if !bytes.Equal(tee.Bytes(), want.Bytes()) {
+		t.Fatalf("tee got %d bytes, want %d", tee.Len(), want.Len())
+	}
+	if res.Stdout.Total != int64(want.Len()) || !bytes.HasPrefix(want.Bytes(), res.Stdout.Head) || !bytes.HasSuffix(want.Bytes(), res.Stdout.Tail) {
+		t.Fatalf("capture head/tail do not match the stream")
+	}
+}
+
+func TestFilesystem(t *testing.T) {
+	forEachNetwork(t, func(t *testing.T, d *envdtest.Daemon, c *client.Client) {
+		ctx := t.Context()
+		created, err := c.MakeDir(ctx, "a/b")
+		if err != nil || !created {
+			t.Fatalf("MakeDir = %v, %v", created, err)
+		}
+		if created, err := c.MakeDir(ctx, "a/b"); err != nil || created {
+			t.Fatalf("MakeDir of an existing dir = %v, %v; want false, nil", created, err)
+		}
+		if err := c.Upload(ctx, "a/b/f.txt", strings.NewReader("hello"), client.UploadOptions{Metadata: map[string]string{"k": "v"}}); err != nil {
+			t.Fatal(err)
+		}
+		e, err := c.Stat(ctx, "a/b/f.txt")
+		if err != nil || e.Type != client.TypeFile || e.Size != 5 || e.Path != filepath.Join(d.Root, "a/b/f.txt") {
+			t.Fatalf("Stat = %+v, %v", e, err)
+		}
+		entries, err := c.ListDir(ctx, "a", 2)
+		if err != nil || len(entries) != 2 {
+			t.Fatalf("ListDir depth 2 = %+v, %v", entries, err)
+		}
+		moved, err := c.Move(ctx, "a/b/f.txt", "c/g.txt")
+		if err != nil || moved.Name != "g.txt" {
+			t.Fatalf("Move = %+v, %v", moved, err)
+		}
+		dl, err := c.DownloadRange(ctx, "c/g.txt", 1, 3)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, _ := io.ReadAll(dl)
+		dl.Close()
+		if string(got) != "ell" || dl.Size != 5 || dl.Offset != 1 {
+			t.Fatalf("range = %q size %d offset %d", got, dl.Size, dl.Offset)
+		}
+		past, err := c.DownloadRange(ctx, "c/g.txt", 10, -1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rest, _ := io.ReadAll(past); len(rest) != 0 || past.Size != 5 {
+			t.Fatalf("range past the end = %q size %d", rest, past.Size)
+		}
+		if err := c.Remove(ctx, "a"); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Remove(ctx, "a"); err != nil {
+			t.Fatalf("Remove of a missing path = %v; want nil", err)
+		}
+		if _, err := c.Stat(ctx, "a"); !client.IsNotFound(err) {
+			t.Fatalf("Stat after Remove = %v; want not_found", err)
+		}
+		if _, err := c.Download(ctx, "missing"); !client.IsNotFound(err) {
+			t.Fatalf("Download of a missing file = %v; want not_found", err)
+		}
+	})
+}
+
+func TestBigFileRoundTrip(t *testing.T) {
+	c := newClient(t, envdtest.Serve(t, "unix", daemon.Config{}).Endpoint)
+	ctx := t.Context()
+	const size = 50 << 20
+	data := make([]byte, size)
+	if _, err := rand.Read(data); err != nil {
+		t.Fatal(err)
+	}
+	want := sha256.Sum256(data)
+	if err := c.Upload(ctx, "big.bin", bytes.NewReader(data), client.UploadOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	dl, err := c.Download(ctx, "big.bin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dl.Close()
+	h := sha256.New()
+	n, err := io.Copy(h, dl)
+	if err != nil || n != size {
+		t.Fatalf("download %d bytes, %v", n, err)
+	}
+	if got := h.Sum(nil); !bytes.Equal(got, want[:]) {
+		t.Fatal("sha256 differs after the round trip")
+	}
+}
+
+func TestWatch(t *testing.T) {
+	c := newClient(t, envdtest.Serve(t, "unix", daemon.Config{}).Endpoint)
+	ctx := t.Context()
+	if _, err := c.MakeDir(ctx, "w"); err != nil {
+		t.Fatal(err)
+	}
+	w, err := c.Watch(ctx, "w", true, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	if err := c.Upload(ctx, "w/new.txt", strings.NewReader("x"), client.UploadOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	timeout := time.After(20 * time.Second)
+	for {
+		select {
+		case ev, ok := <-w.Events():
+			if !ok {
+				t.Fatalf("watch ended: %v", w.Err())
+			}
+			// Uploads land under a temporary name and are renamed into place.
+			if ev.Name == "new.txt" && (ev.Type == client.EventCreate || ev.Type == client.EventRename || ev.Type == client.EventWrite) {
+				return
+			}
+		case <-timeout:
+			t.Fatal("no event for new.txt")
+		}
+	}
+}
+
+func TestTransportRules(t *testing.T) {
+	for _, bad := range []string{"http://10.1.2.3:49983", "http://example.com", "ftp://127.0.0.1", "unix:", "https://h/path", "https://user:pw@h"} {
+		if _, err := client.New(bad); err == nil {
+			t.Errorf("New(%q) succeeded; want refused", bad)
+		}
+	}
+	for _, good := range []string{"http://127.0.0.1:1", "http://localhost:49983", "http://[::1]:2", "https://49983-abc.e2b.app", "unix:/tmp/x.sock"} {
+		if _, err := client.New(good); err != nil {
+			t.Errorf("New(%q) = %v", good, err)
+		}
+	}
+
+	// A redirect to another origin is refused, token or not.
+	var leaked bool
+	other := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { leaked = true }))
+	defer other.Close()
+	redirector := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, other.URL+r.URL.Path, http.StatusTemporaryRedirect)
+	}))
+	defer redirector.Close()
+	c := newClient(t, redirector.URL, client.WithAccessToken("secret"))
+	err := c.Health(t.Context())
+	if err == nil || !strings.Contains(err.Error(), "leaves the configured origin") || leaked {
+		t.Fatalf("Health through a cross-origin redirect = %v (leaked=%v)", err, leaked)
+	}
+
+	// A daemon with a token: no token → unauthenticated; right token works.
+	d := envdtest.Serve(t, "unix", daemon.Config{AccessToken: "tok"})
+	_, err = newClient(t, d.Endpoint).Run(t.Context(), sh("true"), client.RunOptions{})
+	if connect.CodeOf(err) != connect.CodeUnauthenticated {
+		t.Fatalf("Run without the token = %v; want unauthenticated", err)
+	}
+	if _, err := newClient(t, d.Endpoint).Stat(t.Context(), ""); connect.CodeOf(err) != connect.CodeUnauthenticated {
+		t.Fatalf("Stat without the token = %v; want unauthenticated", err)
+	}
+	if err := newClient(t, d.Endpoint).Upload(t.Context(), "x", strings.NewReader("x"), client.UploadOptions{}); connect.CodeOf(err) != connect.CodeUnauthenticated {
+		t.Fatalf("Upload without the token = %v; want unauthenticated", err)
+	}
+	if _, err := newClient(t, d.Endpoint, client.WithAccessToken("tok")).Run(t.Context(), sh("true"), client.RunOptions{}); err != nil {
+		t.Fatalf("Run with the token = %v", err)
+	}
+}
+
+func TestOldEnvdRefusesFiniteStdin(t *testing.T) {
+	d := envdtest.Serve(t, "unix", daemon.Config{})
+	c := newClient(t, d.Endpoint, client.WithEnvdVersion("0.4.1"))
+	_, err := c.Run(t.Context(), client.Command{Cmd: "cat", Stdin: strings.NewReader("x")}, client.RunOptions{})
+	if connect.CodeOf(err) != connect.CodeFailedPrecondition || !strings.Contains(err.Error(), "0.5.2") {
+		t.Fatalf("Run with stdin on envd 0.4.1 = %v; want failed_precondition naming 0.5.2", err)
+	}
+	if err := c.CloseStdin(t.Context(), client.ByPid(1)); connect.CodeOf(err) != connect.CodeUnimplemented {
+		t.Fatalf("CloseStdin on envd 0.4.1 = %v; want unimplemented", err)
+	}
+	v, err := newClient(t, d.Endpoint).Version(t.Context())
+	if err != nil || v != daemon.Version {
+		t.Fatalf("Version from /health = %q, %v", v, err)
+	}
+}
+
+func TestLossPredicates(t *testing.T) {
+	// A daemon killed mid-stream: the call may have partly run.
+	p := envdtest.StartProcess(t)
+	c := newClient(t, p.Endpoint)
+	started := make(chan struct{})
+	errc := make(chan error, 1)
+	go func() {
+		_, err := c.Run(context.Background(), sh("sleep 300"), client.RunOptions{OnStart: func(uint32) { close(started) }})
+		errc <- err
+	}()
+	<-started
+	if err := p.Cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	err := <-errc
+	if !client.IsPossibleLoss(err) || client.NotSent(err) {
+		t.Fatalf("Run cut mid-stream = %v; want a possible loss that may have been sent", err)
+	}
+	// Nobody listens any more: nothing can be sent.
+	_, err = c.Run(t.Context(), sh("true"), client.RunOptions{})
+	if !client.IsPossibleLoss(err) || !client.NotSent(err) {
+		t.Fatalf("Run against a dead socket = %v; want a possible loss, not sent", err)
+	}
+	var dial *client.DialError
+	if !errors.As(err, &dial) || !errors.Is(err, syscall.ECONNREFUSED) {
+		t.Fatalf("dead socket error %v is not a DialError wrapping ECONNREFUSED", err)
+	}
+
+	// A proxy answering 502 (E2B's "sandbox not found") is a possible loss;
+	// a 404 from envd is not.
+	for status, loss := range map[int]bool{502: true, 503: true, 504: true, 404: false, 400: false} {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(status)
+			fmt.Fprintf(w, `{"code":%d,"message":"The sandbox was not found"}`, status)
+		}))
+		pc := newClient(t, srv.URL)
+		_, serr := pc.Stat(t.Context(), "x")
+		_, derr := pc.Download(t.Context(), "x")
+		_, rerr := pc.Run(t.Context(), sh("true"), client.RunOptions{})
+		for what, e := range map[string]error{"rpc": serr, "rest": derr, "stream": rerr} {
+			if client.IsPossibleLoss(e) != loss {
+				t.Errorf("HTTP %d via %s: IsPossibleLoss(%v) = %v, want %v", status, what, e, !loss, loss)
+			}
+		}
+		srv.Close()
+	}
+}

@@ -1,0 +1,228 @@
+// Package envdtest starts real envd daemons for tests: in the test process
+// (on a unix socket or loopback TCP) or as the built sandbox-mcp binary in a
+// child process, waiting for readiness through --ready-fd rather than polling.
+package envdtest
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sandbox-mcp/sandbox-mcp/envd/daemon"
+)
+
+// Daemon is a running in-process daemon.
+type Daemon struct {
+	// Endpoint is what client.New takes ("unix:/…" or "http://127.0.0.1:port").
+	Endpoint string
+	// Root is the daemon's root directory.
+	Root string
+	// D is the daemon itself.
+	D *daemon.Daemon
+}
+
+// ShortTempDir returns a temporary directory with a short path (unix socket
+// paths are limited to 108 bytes), removed when the test ends.
+func ShortTempDir(t testing.TB) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "et")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return dir
+}
+
+// Serve starts cfg in the test process on network "unix" or "tcp" (loopback)
+// and stops it when the test ends. cfg.Root defaults to a new temp dir.
+func Serve(t testing.TB, network string, cfg daemon.Config) *Daemon {
+	t.Helper()
+	dir := ShortTempDir(t)
+	if cfg.Root == "" {
+		cfg.Root = filepath.Join(dir, "root")
+		if err := os.Mkdir(cfg.Root, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	d, err := daemon.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var addr, endpoint string
+	switch network {
+	case "unix":
+		addr = "unix:" + filepath.Join(dir, "s")
+		endpoint = addr
+	case "tcp":
+		addr = "127.0.0.1:0"
+	default:
+		t.Fatalf("network %q", network)
+	}
+	ln, err := daemon.Listen(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if network == "tcp" {
+		endpoint = "http://" + ln.Addr().String()
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = d.Serve(ln)
+	}()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = d.Shutdown(ctx)
+		<-done
+	})
+	return &Daemon{Endpoint: endpoint, Root: cfg.Root, D: d}
+}
+
+var (
+	buildOnce sync.Once
+	buildPath string
+	buildErr  error
+)
+
+// Binary builds the sandbox-mcp command once per test process and returns
+// its path.
+func Binary(t testing.TB) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "sbx-bin")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		buildPath = filepath.Join(dir, "sandbox-mcp")
+		cmd := exec.Command("go", "build", "-o", buildPath, "github.com/sandbox-mcp/sandbox-mcp")
+		cmd.Dir = moduleRoot()
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return buildPath
+}
+
+// moduleRoot finds the repository root from this file's location.
+func moduleRoot() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
+}
+
+// Process is a daemon running as a child process.
+type Process struct {
+	Endpoint string
+	Root     string
+	Cmd      *exec.Cmd
+	stderr   *strings.Builder
+	mu       *sync.Mutex
+}
+
+// Stderr returns what the daemon logged so far.
+func (p *Process) Stderr() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.stderr.String()
+}
+
+// StartProcess runs `sandbox-mcp envd` as a child on a unix socket with the
+// extra flags given, waits until it is ready, and kills it when the test
+// ends.
+func StartProcess(t testing.TB, extra ...string) *Process {
+	t.Helper()
+	bin := Binary(t)
+	dir := ShortTempDir(t)
+	root := filepath.Join(dir, "root")
+	if err := os.Mkdir(root, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	sock := filepath.Join(dir, "s")
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	args := append([]string{"envd", "--listen", "unix:" + sock, "--root", root, "--ready-fd", "3"}, extra...)
+	cmd := exec.Command(bin, args...)
+	cmd.ExtraFiles = []*os.File{pw}
+	var mu sync.Mutex
+	stderr := &strings.Builder{}
+	cmd.Stderr = writerFunc(func(p []byte) (int, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		return stderr.Write(p)
+	})
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pw.Close()
+	line, err := bufio.NewReader(pr).ReadString('\n')
+	pr.Close()
+	if err != nil || !strings.HasPrefix(line, "ready ") {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		mu.Lock()
+		defer mu.Unlock()
+		t.Fatalf("envd did not become ready (%q, %v): %s", line, err, stderr.String())
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
+	return &Process{Endpoint: "unix:" + sock, Root: root, Cmd: cmd, stderr: stderr, mu: &mu}
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
+
+// PeakRSS returns a process's peak resident set size in bytes (VmHWM).
+func PeakRSS(pid int) (int64, error) {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if rest, ok := strings.CutPrefix(sc.Text(), "VmHWM:"); ok {
+			var kb int64
+			if _, err := fmt.Sscanf(strings.TrimSpace(rest), "%d kB", &kb); err != nil {
+				return 0, err
+			}
+			return kb << 10, nil
+		}
+	}
+	return 0, fmt.Errorf("no VmHWM for pid %d", pid)
+}
+
+// FreeLoopbackAddr returns a loopback address nobody listens on.
+func FreeLoopbackAddr(t testing.TB) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	return addr
+}
