@@ -1,0 +1,297 @@
+// Package boltstore is the embedded manage.Store: one bbolt database file
+// under the state directory.
+//
+// Why bbolt: it is pure Go (no cgo, quick to build), keeps everything in one
+// file with ACID transactions and fsync on commit, and serialises access from
+// several processes with a file lock. Records change only on lifecycle events
+// (create, pause, resume, recreate), so the store opens the file for each
+// operation and closes it again: several stdio servers sharing one state
+// directory (Claude Desktop and an IDE, say) then take turns instead of the
+// second one failing to start.
+//
+// Faults: a file still locked by another process after the lock timeout is a
+// clear error naming the file; a corrupt file is moved aside (kept for
+// inspection, logged) and a fresh one started, so one bad file never stops
+// the server. Sandboxes themselves are never touched by the store.
+package boltstore
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/sandbox-mcp/sandbox-mcp/manage"
+)
+
+// FileName is the database file's name inside the state directory.
+const FileName = "state.db"
+
+// DefaultLockTimeout is how long an operation waits for another process
+// holding the database file.
+const DefaultLockTimeout = 5 * time.Second
+
+var bucket = []byte("workspaces")
+
+// Options configures Open. The zero value is usable.
+type Options struct {
+	// LockTimeout bounds the wait for another process holding the file.
+	// Default DefaultLockTimeout.
+	LockTimeout time.Duration
+	// Logger receives notes about recovered files. Nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// Store is a manage.Store in a bbolt file. It is safe for concurrent use, by
+// several goroutines and several processes.
+type Store struct {
+	path    string
+	lockDir string
+	timeout time.Duration
+	log     *slog.Logger
+
+	mu     sync.Mutex // serialises this process's own opens
+	closed bool
+}
+
+var _ manage.Store = (*Store)(nil)
+
+// Open prepares the store in dir (created if missing, mode 0700). It fails
+// with a clear error when dir is not writable or the file stays locked; a
+// corrupt file is moved aside and replaced.
+func Open(dir string, opts Options) (*Store, error) {
+	if opts.LockTimeout <= 0 {
+		opts.LockTimeout = DefaultLockTimeout
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("state directory %s: %w", dir, err)
+	}
+	probe, err := os.CreateTemp(dir, ".write-probe-*")
+	if err != nil {
+		return nil, fmt.Errorf("state directory %s is not writable: %w", dir, err)
+	}
+	probe.Close()
+	os.Remove(probe.Name())
+	lockDir := filepath.Join(dir, "locks")
+	if err := os.MkdirAll(lockDir, 0o700); err != nil {
+		return nil, fmt.Errorf("state directory %s: %w", dir, err)
+	}
+	s := &Store{path: filepath.Join(dir, FileName), lockDir: lockDir, timeout: opts.LockTimeout, log: opts.Logger}
+	// Validate (and create) the file now, so faults show at startup.
+	if err := s.update(func(tx *bolt.Tx) error {
+		_, err := tx.CreateBucketIfNotExists(bucket)
+		return err
+	}); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// Path returns the database file's path.
+func (s *Store) Path() string { return s.path }
+
+// errCorrupt marks a file bbolt cannot read.
+var errCorrupt = errors.New("corrupt store file")
+
+// open opens the file for one operation, recovering from corruption once.
+func (s *Store) open(readOnly bool) (*bolt.DB, error) {
+	if s.closed {
+		return nil, errors.New("store is closed")
+	}
+	db, err := s.openOnce(readOnly)
+	if err == nil || !errors.Is(err, errCorrupt) {
+		return db, err
+	}
+	aside := fmt.Sprintf("%s.corrupt-%s", s.path, time.Now().UTC().Format("20060102T150405Z"))
+	if rerr := os.Rename(s.path, aside); rerr != nil {
+		return nil, fmt.Errorf("store file %s is corrupt (%v) and could not be moved aside: %w", s.path, err, rerr)
+	}
+	s.log.Error("store file was corrupt; moved it aside and started a fresh one (workspaces recorded in it are forgotten; their sandboxes are untouched)",
+		"file", s.path, "moved_to", aside, "err", err)
+	return s.openOnce(readOnly)
+}
+
+func (s *Store) openOnce(readOnly bool) (db *bolt.DB, err error) {
+	// bbolt panics on some kinds of damaged pages; treat that as corruption.
+	defer func() {
+		if p := recover(); p != nil {
+			db, err = nil, fmt.Errorf("%w: %v", errCorrupt, p)
+		}
+	}()
+	if readOnly {
+		if _, statErr := os.Stat(s.path); errors.Is(statErr, os.ErrNotExist) {
+			readOnly = false // create it
+		}
+	}
+	db, err = bolt.Open(s.path, 0o600, &bolt.Options{Timeout: s.timeout, ReadOnly: readOnly})
+	switch {
+	case err == nil:
+		return db, nil
+	case errors.Is(err, bolt.ErrTimeout):
+		return nil, fmt.Errorf("store file %s is locked by another process for more than %s; is another sandbox-mcp using this --state-dir and stuck?", s.path, s.timeout)
+	case errors.Is(err, bolt.ErrInvalid), errors.Is(err, bolt.ErrVersionMismatch), errors.Is(err, bolt.ErrChecksum):
+		return nil, fmt.Errorf("%w: %v", errCorrupt, err)
+	case errors.Is(err, syscall.EACCES), errors.Is(err, syscall.EROFS):
+		return nil, fmt.Errorf("store file %s cannot be opened for writing: %w", s.path, err)
+	}
+	return nil, fmt.Errorf("store file %s: %w", s.path, err)
+}
+
+func (s *Store) update(fn func(*bolt.Tx) error) (err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	db, err := s.open(false)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("store file %s: %w: %v", s.path, errCorrupt, p)
+		}
+	}()
+	return db.Update(fn)
+}
+
+func (s *Store) view(fn func(*bolt.Tx) error) (err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	db, err := s.open(true)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("store file %s: %w: %v", s.path, errCorrupt, p)
+		}
+	}()
+	return db.View(fn)
+}
+
+// Get implements manage.Store.
+func (s *Store) Get(_ context.Context, key string) (manage.Record, bool, error) {
+	var rec manage.Record
+	var ok bool
+	err := s.view(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucket)
+		if b == nil {
+			return nil
+		}
+		raw := b.Get([]byte(key))
+		if raw == nil {
+			return nil
+		}
+		if err := json.Unmarshal(raw, &rec); err != nil {
+			return fmt.Errorf("store record for workspace %q is unreadable: %w", key, err)
+		}
+		ok = true
+		return nil
+	})
+	return rec, ok, err
+}
+
+// Put implements manage.Store.
+func (s *Store) Put(_ context.Context, rec manage.Record) error {
+	raw, err := json.Marshal(rec)
+	if err != nil {
+		return err
+	}
+	return s.update(func(tx *bolt.Tx) error {
+		b, err := tx.CreateBucketIfNotExists(bucket)
+		if err != nil {
+			return err
+		}
+		return b.Put([]byte(rec.Key), raw)
+	})
+}
+
+// Delete implements manage.Store.
+func (s *Store) Delete(_ context.Context, key string) error {
+	return s.update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucket)
+		if b == nil {
+			return nil
+		}
+		return b.Delete([]byte(key))
+	})
+}
+
+// List implements manage.Store. Records that cannot be decoded are skipped
+// and logged, so one bad record never hides the others.
+func (s *Store) List(context.Context) ([]manage.Record, error) {
+	var out []manage.Record
+	err := s.view(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucket)
+		if b == nil {
+			return nil
+		}
+		return b.ForEach(func(k, v []byte) error {
+			var rec manage.Record
+			if err := json.Unmarshal(v, &rec); err != nil {
+				s.log.Warn("skipping unreadable store record", "key", string(k), "err", err)
+				return nil
+			}
+			out = append(out, rec)
+			return nil
+		})
+	})
+	return out, err
+}
+
+// Lock implements manage.Store with an flock(2) on a per-key file, which
+// also excludes other processes using the same state directory.
+func (s *Store) Lock(ctx context.Context, key string) (func(), error) {
+	sum := sha256.Sum256([]byte(key))
+	path := filepath.Join(s.lockDir, hex.EncodeToString(sum[:12])+".lock")
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("lock for workspace %q: %w", key, err)
+	}
+	got := make(chan error, 1)
+	go func() { got <- syscall.Flock(int(f.Fd()), syscall.LOCK_EX) }()
+	select {
+	case err := <-got:
+		if err != nil {
+			f.Close()
+			return nil, fmt.Errorf("lock for workspace %q: %w", key, err)
+		}
+	case <-ctx.Done():
+		// The flock may still be granted later; release it then.
+		go func() {
+			if <-got == nil {
+				_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+			}
+			f.Close()
+		}()
+		return nil, ctx.Err()
+	}
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+			f.Close()
+		})
+	}, nil
+}
+
+// Close implements manage.Store. Operations after Close fail.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.closed = true
+	return nil
+}

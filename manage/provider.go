@@ -1,0 +1,131 @@
+// Package manage owns sandbox lifecycle: the Provider interface that the
+// local, Docker and E2B back ends implement, and the Manager that maps
+// workspace keys to sandboxes, detects and confirms lost sandboxes, replaces
+// them (once, and never replaying the failed operation), pauses idle ones and
+// resumes them on the next call, and records it all in a Store that outlives
+// the process.
+package manage
+
+import (
+	"context"
+	"time"
+)
+
+// State is a sandbox's lifecycle state as a provider reports it.
+type State string
+
+// The states a provider reports.
+const (
+	// StateRunning: reachable, processes running.
+	StateRunning State = "running"
+	// StatePaused: frozen with its processes; Resume brings them back.
+	StatePaused State = "paused"
+	// StateStopped: its files exist but nothing runs (a local sandbox after a
+	// server restart, a stopped container); Resume starts it afresh and its
+	// processes from before are gone.
+	StateStopped State = "stopped"
+	// StateGone: it does not exist any more (killed, expired, deleted).
+	StateGone State = "gone"
+)
+
+// Terminal reports whether s means the sandbox cannot come back.
+func (s State) Terminal() bool { return s == StateGone }
+
+// Limits bounds a sandbox's resources. Zero values mean the provider default.
+type Limits struct {
+	MemoryBytes int64   // memory ceiling
+	CPUs        float64 // CPU share, in cores
+	Pids        int64   // process count ceiling
+	NoFile      uint64  // open files per process (RLIMIT_NOFILE)
+}
+
+// SandboxConfig is what a sandbox is created with. A replacement after a
+// loss is created with the same config.
+type SandboxConfig struct {
+	// Key is the workspace key the sandbox serves (for names and labels).
+	Key string
+	// Named marks a workspace that survives sessions and restarts.
+	Named bool
+	// Env is given to every process in the sandbox.
+	Env map[string]string
+	// Network enables outbound network access (off by default).
+	Network bool
+	// Limits bounds resources.
+	Limits Limits
+	// Template is the provider-specific image or template ("" for default).
+	Template string
+	// Lifetime is how long a provider with server-side expiry (E2B) keeps
+	// the sandbox alive without activity; 0 means the provider default.
+	Lifetime time.Duration
+}
+
+// Sandbox describes one sandbox as a provider sees it.
+type Sandbox struct {
+	// ID is the provider's id (lowercase alphanumeric).
+	ID string
+	// Provider names the provider ("local", "docker", "e2b").
+	Provider string
+	// State is the lifecycle state.
+	State State
+	// Detail explains State in a few words ("not found", "daemon exited with
+	// status 1"), for notices and logs.
+	Detail string
+	// CreatedAt is when the sandbox was created.
+	CreatedAt time.Time
+	// Isolation says how the sandbox is isolated: "bwrap", "none",
+	// "container", "microvm".
+	Isolation string
+	// Workdir is the workspace root inside the sandbox ("/workspace").
+	Workdir string
+	// EnvdVersion is the version of the daemon inside.
+	EnvdVersion string
+	// Warnings are things a person or an agent must be told (for example
+	// that nothing isolates this sandbox from the host).
+	Warnings []string
+	// EndedAt is when the sandbox stopped or was lost, when the provider
+	// knows it (zero otherwise). The Manager uses it to tell an operation
+	// that certainly never ran from one that may have partly run.
+	EndedAt time.Time
+}
+
+// Endpoint says how to reach a sandbox's envd.
+type Endpoint struct {
+	// URL is "unix:/path", "http://127.0.0.1:port" or "https://host".
+	URL string
+	// AccessToken goes in X-Access-Token when set.
+	AccessToken string
+	// RoutingID and RoutingPort, when set, go in E2b-Sandbox-Id and
+	// E2b-Sandbox-Port (E2B's shared sandbox host).
+	RoutingID   string
+	RoutingPort int
+	// User is the user processes run as ("" for envd's default).
+	User string
+	// EnvdVersion is the daemon's version, when the provider knows it.
+	EnvdVersion string
+}
+
+// Provider creates and controls sandboxes. Implementations must be safe for
+// concurrent use. Every method honours ctx; the Manager bounds each call with
+// a timeout, so an implementation must return when ctx ends.
+type Provider interface {
+	// Name returns the provider's name ("local", "docker", "e2b").
+	Name() string
+	// Create makes a new running sandbox.
+	Create(ctx context.Context, cfg SandboxConfig) (Sandbox, error)
+	// Info reports a sandbox's state. A sandbox that does not exist is
+	// reported as StateGone with a nil error; an error means the state
+	// could not be learned (inconclusive), and the Manager then assumes
+	// nothing.
+	Info(ctx context.Context, id string) (Sandbox, error)
+	// Endpoint says how to reach the sandbox's envd.
+	Endpoint(ctx context.Context, id string) (Endpoint, error)
+	// Pause freezes a running sandbox. Pausing a paused one is a no-op.
+	Pause(ctx context.Context, id string) error
+	// Resume brings a paused or stopped sandbox back to running. Resuming a
+	// running one is a no-op.
+	Resume(ctx context.Context, id string) error
+	// Kill destroys a sandbox and its files. Killing a gone one is a no-op.
+	Kill(ctx context.Context, id string) error
+	// List returns the provider's sandboxes.
+	List(ctx context.Context) ([]Sandbox, error)
+}

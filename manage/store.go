@@ -1,0 +1,131 @@
+package manage
+
+import (
+	"context"
+	"maps"
+	"slices"
+	"sync"
+	"time"
+)
+
+// Record is what the Store keeps for one workspace key.
+type Record struct {
+	Key        string    `json:"key"`
+	Provider   string    `json:"provider"`
+	SandboxID  string    `json:"sandbox_id"`
+	Generation int64     `json:"generation"`
+	State      State     `json:"state"`
+	Named      bool      `json:"named"`
+	CreatedAt  time.Time `json:"created_at"`
+	UpdatedAt  time.Time `json:"updated_at"`
+	// PausedAt is when the sandbox was last paused or stopped (zero while
+	// running); the reaper kills sandboxes paused longer than a TTL.
+	PausedAt time.Time `json:"paused_at,omitzero"`
+}
+
+// Store keeps workspace records beyond the life of the process. The embedded
+// default is boltstore; several server replicas share a Redis store.
+// Implementations must be safe for concurrent use.
+type Store interface {
+	// Get returns the record for key; ok is false when there is none.
+	Get(ctx context.Context, key string) (rec Record, ok bool, err error)
+	// Put writes rec, replacing any record for rec.Key.
+	Put(ctx context.Context, rec Record) error
+	// Delete removes key's record; a missing record is not an error.
+	Delete(ctx context.Context, key string) error
+	// List returns every record.
+	List(ctx context.Context) ([]Record, error)
+	// Lock takes key's creation lock, held until unlock is called, so that
+	// two replicas never create two sandboxes for one key. It waits until
+	// the lock is free or ctx ends.
+	Lock(ctx context.Context, key string) (unlock func(), err error)
+	// Close releases the store.
+	Close() error
+}
+
+// MemoryStore is a Store that lives in memory only: workspaces are not
+// remembered across restarts. It is safe for concurrent use.
+type MemoryStore struct {
+	mu    sync.Mutex
+	recs  map[string]Record
+	locks map[string]chan struct{}
+}
+
+// NewMemoryStore returns an empty MemoryStore.
+func NewMemoryStore() *MemoryStore {
+	return &MemoryStore{recs: map[string]Record{}, locks: map[string]chan struct{}{}}
+}
+
+// Get implements Store.
+func (s *MemoryStore) Get(_ context.Context, key string) (Record, bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r, ok := s.recs[key]
+	return r, ok, nil
+}
+
+// Put implements Store.
+func (s *MemoryStore) Put(_ context.Context, rec Record) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.recs[rec.Key] = rec
+	return nil
+}
+
+// Delete implements Store.
+func (s *MemoryStore) Delete(_ context.Context, key string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.recs, key)
+	return nil
+}
+
+// List implements Store.
+func (s *MemoryStore) List(context.Context) ([]Record, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := slices.Collect(maps.Values(s.recs))
+	slices.SortFunc(out, func(a, b Record) int { return compareStrings(a.Key, b.Key) })
+	return out, nil
+}
+
+// Lock implements Store.
+func (s *MemoryStore) Lock(ctx context.Context, key string) (func(), error) {
+	for {
+		s.mu.Lock()
+		held, busy := s.locks[key]
+		if !busy {
+			ch := make(chan struct{})
+			s.locks[key] = ch
+			s.mu.Unlock()
+			var once sync.Once
+			return func() {
+				once.Do(func() {
+					s.mu.Lock()
+					delete(s.locks, key)
+					s.mu.Unlock()
+					close(ch)
+				})
+			}, nil
+		}
+		s.mu.Unlock()
+		select {
+		case <-held:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// Close implements Store.
+func (s *MemoryStore) Close() error { return nil }
+
+func compareStrings(a, b string) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
