@@ -177,8 +177,8 @@ type workspace struct {
 	named bool
 
 	mu       sync.Mutex
-	loaded   bool   // the store was consulted
-	gen      int64  // current generation (0: none yet)
+	loaded   bool  // the store was consulted
+	gen      int64 // current generation (0: none yet)
 	sb       *Sandbox
 	cli      *client.Client
 	state    State // of the published sandbox
@@ -186,7 +186,7 @@ type workspace struct {
 	epoch    uint64 // bumped by reset, close and pause: in-flight replacements are then discarded
 	active   int    // leases not yet released
 	idle     *time.Timer
-	warned   int64     // generation whose unisolated warning was delivered
+	warned   int64      // generation whose unisolated warning was delivered
 	lastLoss *LostError // the most recent recreation, for late reporters of the same loss
 	lost     *LostError // set when the sandbox is lost and not replaced (AutoRecreate off)
 	gone     bool       // the workspace ended (session closed)

@@ -57,10 +57,10 @@ func TestRunBasics(t *testing.T) {
 			t.Fatal(err)
 		}
 		res, err := c.Run(ctx, client.Command{
-			Cmd:  "/bin/sh",
-			Args: []string{"-c", `printf '%s|' "$0" "$1" "$A" "$GLOBAL" "$(pwd)"; echo to-stderr >&2; cat; exit 7`, "arg zero", "arg one"},
-			Env:  map[string]string{"A": "from-env"},
-			Cwd:  "sub",
+			Cmd:   "/bin/sh",
+			Args:  []string{"-c", `printf '%s|' "$0" "$1" "$A" "$GLOBAL" "$(pwd)"; echo to-stderr >&2; cat; exit 7`, "arg zero", "arg one"},
+			Env:   map[string]string{"A": "from-env"},
+			Cwd:   "sub",
 			Stdin: strings.NewReader("from-stdin"),
 		}, client.RunOptions{})
 		if err != nil {
