@@ -1,0 +1,145 @@
+package local
+
+import (
+	"context"
+	"os/exec"
+	"slices"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/sandbox-mcp/sandbox-mcp/envd/client"
+	"github.com/sandbox-mcp/sandbox-mcp/manage"
+)
+
+// reportMedian adds the median of samples as a metric: on a noisy machine it
+// says more than the mean in ns/op.
+func reportMedian(b *testing.B, samples []time.Duration) {
+	if len(samples) == 0 {
+		return
+	}
+	slices.Sort(samples)
+	b.ReportMetric(float64(samples[len(samples)/2].Microseconds())/1000, "ms-median")
+}
+
+// BenchmarkCreateToFirstRun measures a cold Create and the first Run of
+// `true` through the envd client: what a first tool call waits for. Kill is
+// outside the timer.
+func BenchmarkCreateToFirstRun(b *testing.B) {
+	for _, isolation := range []string{IsolationBwrap, IsolationNone} {
+		b.Run(isolation, func(b *testing.B) {
+			var p *Provider
+			if isolation == IsolationBwrap {
+				p = needBwrap(b, Config{})
+			} else {
+				p = newProvider(b, Config{Isolation: IsolationNone})
+			}
+			ctx := context.Background()
+			var samples []time.Duration
+			for b.Loop() {
+				start := time.Now()
+				sb, err := p.Create(ctx, manage.SandboxConfig{})
+				if err != nil {
+					b.Fatal(err)
+				}
+				ep, err := p.Endpoint(ctx, sb.ID)
+				if err != nil {
+					b.Fatal(err)
+				}
+				c, err := client.New(ep.URL, client.WithEnvdVersion(ep.EnvdVersion))
+				if err != nil {
+					b.Fatal(err)
+				}
+				res, err := c.Run(ctx, client.Command{Cmd: "true"}, client.RunOptions{})
+				if err != nil || res.ExitCode != 0 {
+					b.Fatalf("run true: %+v, %v", res, err)
+				}
+				samples = append(samples, time.Since(start))
+				b.StopTimer()
+				c.Close()
+				if err := p.Kill(ctx, sb.ID); err != nil {
+					b.Fatal(err)
+				}
+				b.StartTimer()
+			}
+			reportMedian(b, samples)
+		})
+	}
+}
+
+// BenchmarkPauseResume measures one Pause and one Resume of a running
+// sandbox: with the cgroup freezer, and with SIGSTOP through the process
+// tree (cgroups off).
+func BenchmarkPauseResume(b *testing.B) {
+	for _, mode := range []string{"freezer", "sigstop"} {
+		b.Run(mode, func(b *testing.B) {
+			cfg := Config{}
+			if mode == "sigstop" {
+				cfg.Cgroups = CgroupsOff
+			}
+			p := needBwrap(b, cfg)
+			if mode == "freezer" && !p.Capabilities().Freezer {
+				skipOrFail(b, "no cgroup freezer here: %s", p.Capabilities().CgroupError)
+			}
+			sb := create(b, p, manage.SandboxConfig{})
+			ctx := context.Background()
+			var samples []time.Duration
+			for b.Loop() {
+				start := time.Now()
+				if err := p.Pause(ctx, sb.ID); err != nil {
+					b.Fatal(err)
+				}
+				if err := p.Resume(ctx, sb.ID); err != nil {
+					b.Fatal(err)
+				}
+				samples = append(samples, time.Since(start))
+			}
+			reportMedian(b, samples)
+		})
+	}
+}
+
+// BenchmarkBwrapTrue is the baseline of the bwrap part of a Create: bwrap
+// with a sandbox's namespaces and system mounts running /bin/true, as the
+// user the provider runs bwrap as.
+func BenchmarkBwrapTrue(b *testing.B) {
+	p := needBwrap(b, Config{})
+	truePath, err := exec.LookPath("true")
+	if err != nil {
+		b.Fatal(err)
+	}
+	args := namespaceArgs("bench", false)
+	args = append(args, p.sysMounts...)
+	args = append(args, procDevArgs...)
+	args = append(args, truePath)
+	var samples []time.Duration
+	for b.Loop() {
+		start := time.Now()
+		cmd := exec.Command(p.bwrapPath, args...)
+		cmd.Env = []string{}
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: p.cred, Setpgid: true}
+		if out, err := cmd.CombinedOutput(); err != nil {
+			b.Fatalf("bwrap: %v: %s", err, out)
+		}
+		samples = append(samples, time.Since(start))
+	}
+	reportMedian(b, samples)
+}
+
+// BenchmarkExecTrue is the baseline of starting any process: os/exec of
+// /bin/true.
+func BenchmarkExecTrue(b *testing.B) {
+	truePath, err := exec.LookPath("true")
+	if err != nil {
+		b.Fatal(err)
+	}
+	var samples []time.Duration
+	for b.Loop() {
+		start := time.Now()
+		if err := exec.Command(truePath).Run(); err != nil {
+			b.Fatal(err)
+		}
+		samples = append(samples, time.Since(start))
+	}
+	reportMedian(b, samples)
+}

@@ -1,0 +1,443 @@
+package local
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"connectrpc.com/connect"
+	"golang.org/x/sys/unix"
+)
+
+// daemon is one running (or exited) envd of a sandbox, with the bwrap around
+// it when isolated.
+type daemon struct {
+	isolation string
+	cmd       *exec.Cmd
+	pid       int     // the process started: bwrap, or envd itself (none)
+	cg        *cgroup // nil without cgroups
+	stderr    *tailBuffer
+	done      chan struct{} // closed once the daemon exited and was cleaned up
+	exitErr   error         // why it exited; set before done is closed
+
+	// stopped is true while paused with SIGSTOP (no freezer). Guarded by the
+	// sandbox's entry lock.
+	stopped bool
+}
+
+// alive reports whether the daemon has not exited yet.
+func (d *daemon) alive() bool {
+	select {
+	case <-d.done:
+		return false
+	default:
+		return true
+	}
+}
+
+// exitDetail says in a few words why the daemon ended.
+func (d *daemon) exitDetail() string {
+	return "daemon exited: " + describeExit(d.exitErr, d.isolation)
+}
+
+// describeExit renders a daemon's end. bwrap's pid 1 exits with 128+n when the
+// sandboxed command died of signal n; that is reported as the signal.
+func describeExit(err error, isolation string) string {
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		if ws, ok := ee.Sys().(syscall.WaitStatus); ok {
+			if ws.Signaled() {
+				return "signal: " + ws.Signal().String()
+			}
+			if code := ws.ExitStatus(); isolation == IsolationBwrap && code > 128 && code < 128+65 {
+				return "signal: " + syscall.Signal(code-128).String()
+			}
+		}
+		return ee.Error()
+	}
+	if err == nil {
+		return "exit status 0"
+	}
+	return err.Error()
+}
+
+// sandboxSpec is what a daemon is started with, resolved from a
+// manage.SandboxConfig and the provider defaults.
+type sandboxSpec struct {
+	network bool
+	env     map[string]string
+	memory  int64
+	cpus    float64
+	pids    int64
+	nofile  uint64
+}
+
+// startDaemon starts the envd of sandbox id in dir and returns once it is
+// listening. Nothing inside can run before its cgroup and rlimits are in
+// place: under bwrap the sandbox's first process is held on bwrap's block fd
+// until both of bwrap's processes were moved into the cgroup and the rlimits
+// set; without bwrap envd is the only process and it starts nothing before a
+// client asks, which only happens after it reported ready.
+func (p *Provider) startDaemon(ctx context.Context, id, dir string, spec sandboxSpec) (_ *daemon, err error) {
+	if err := ctx.Err(); err != nil {
+		return nil, ctxError("start sandbox "+id, err)
+	}
+	setupStart := time.Now()
+	var held time.Duration // until bwrap held the sandbox before exec
+	var cg *cgroup
+	if p.cgroups != nil {
+		// A cgroup left by a previous server (its daemon died with it, but
+		// unisolated processes may live on) is emptied and replaced.
+		if old := p.cgroups.open(id); old.exists() {
+			if err := old.remove(ctx); err != nil {
+				return nil, connect.NewError(connect.CodeInternal, fmt.Errorf("sandbox %s: %w", id, err))
+			}
+		}
+		cg, err = p.cgroups.create(id, cgroupLimits{memoryBytes: spec.memory, cpus: spec.cpus, pids: spec.pids})
+		if err != nil {
+			return nil, connect.NewError(connect.CodeInternal, fmt.Errorf("sandbox %s: %w", id, err))
+		}
+	}
+	cleanupCgroup := func() {
+		if cg != nil {
+			_ = cg.remove(context.Background())
+		}
+	}
+
+	readyR, readyW, err := os.Pipe()
+	if err != nil {
+		cleanupCgroup()
+		return nil, connect.NewError(connect.CodeInternal, err)
+	}
+	defer func() { _ = readyR.Close() }()
+	closeLater := []*os.File{readyW}
+	defer func() {
+		for _, f := range closeLater {
+			_ = f.Close()
+		}
+	}()
+
+	d := &daemon{isolation: p.isolation, cg: cg, stderr: newTailBuffer(8 << 10), done: make(chan struct{})}
+	var cmd *exec.Cmd
+	var infoR, blockW *os.File
+	if p.isolation == IsolationBwrap {
+		var infoW, blockR *os.File
+		if infoR, infoW, err = os.Pipe(); err == nil {
+			defer func() { _ = infoR.Close() }()
+			closeLater = append(closeLater, infoW)
+			if blockR, blockW, err = os.Pipe(); err == nil {
+				closeLater = append(closeLater, blockR, blockW)
+			}
+		}
+		if err != nil {
+			cleanupCgroup()
+			return nil, connect.NewError(connect.CodeInternal, err)
+		}
+		if p.prlimit {
+			cmd = exec.Command(p.bwrapPath, p.bwrapArgs(id, dir, spec)...)
+		} else {
+			cmd = exec.Command("/bin/sh", rlimitArgs(spec, p.bwrapPath, p.bwrapArgs(id, dir, spec))...)
+		}
+		cmd.ExtraFiles = []*os.File{readyW, infoW, blockR}
+		cmd.Dir = "/"
+		cmd.Env = []string{}
+		// bwrap --die-with-parent ties the sandbox to this process (see
+		// the package comment on threads).
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Credential: p.cred}
+	} else {
+		ws := filepath.Join(dir, "workspace")
+		// Go programs restore the NOFILE soft limit they started with in
+		// every child they spawn, so a limit set on envd once it runs would
+		// not reach its children: envd must start with it.
+		cmd = exec.Command("/bin/sh", rlimitArgs(spec, p.envdBinary, envdArgs(filepath.Join(dir, "run", "envd.sock"), ws, filepath.Join(dir, "tmp"), true, spec.env))...)
+		cmd.ExtraFiles = []*os.File{readyW}
+		cmd.Dir = ws
+		for _, kv := range sandboxEnv(ws, filepath.Join(dir, "tmp")) {
+			cmd.Env = append(cmd.Env, kv[0]+"="+kv[1])
+		}
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	}
+	cmd.Stdout = d.stderr
+	cmd.Stderr = d.stderr
+	// Bounds the wait for the output pipes once the daemon exited, should a
+	// sandbox process have inherited them.
+	cmd.WaitDelay = time.Second
+	began := time.Now()
+	if err := cmd.Start(); err != nil {
+		cleanupCgroup()
+		return nil, connect.NewError(connect.CodeInternal, fmt.Errorf("start sandbox %s: %w", id, err))
+	}
+	d.cmd, d.pid = cmd, cmd.Process.Pid
+	// The child holds its own copies now; closing ours lets EOF on the ready
+	// pipe mean "every process that could write it is gone".
+	for _, f := range closeLater {
+		if f != blockW {
+			_ = f.Close()
+		}
+	}
+	closeLater = nil
+	if blockW != nil {
+		defer func() { _ = blockW.Close() }()
+	}
+	go d.wait()
+
+	fail := func(what string, err error) (*daemon, error) {
+		// The waiter finishes the cleanup should ctx end first.
+		_ = p.stopDaemon(ctx, d)
+		if ctx.Err() != nil {
+			return nil, ctxError("start sandbox "+id, ctx.Err())
+		}
+		return nil, connect.NewError(connect.CodeUnavailable, fmt.Errorf("start sandbox %s: %s: %w", id, what, err))
+	}
+
+	if p.isolation == IsolationBwrap {
+		child, err := readInfo(ctx, infoR)
+		if err != nil {
+			return fail("bwrap did not start the sandbox", p.startFailure(ctx, d, err))
+		}
+		// A sandbox that died already is not an error here: the ready pipe
+		// reports how it died.
+		if cg != nil {
+			if err := cg.add(d.pid, child); err != nil && !processGone(err) {
+				return fail("cgroup", err)
+			}
+		}
+		if p.prlimit {
+			if err := setRlimits(child, spec); err != nil && !processGone(err) {
+				return fail("rlimits", err)
+			}
+		}
+		_ = blockW.Close() // EOF on the block fd lets the sandbox start
+		held = time.Since(began)
+	} else if cg != nil {
+		if err := cg.add(d.pid); err != nil && !processGone(err) {
+			return fail("cgroup", err)
+		}
+	}
+	if err := readReady(ctx, readyR); err != nil {
+		return fail("envd did not start", p.startFailure(ctx, d, err))
+	}
+	p.log.Debug("sandbox daemon started", "id", id, "pid", d.pid, "isolation", d.isolation,
+		"setup", began.Sub(setupStart), "namespaces", held, "ready", time.Since(began))
+	return d, nil
+}
+
+// processGone reports whether err means the process operated on no longer
+// exists or is exiting: the kernel refuses to move an exiting task into a
+// cgroup with ENODEV, and once the daemon was reaped its waiter removes the
+// cgroup (ENOENT; nobody else does while the sandbox is locked).
+func processGone(err error) bool {
+	return errors.Is(err, syscall.ESRCH) || errors.Is(err, syscall.ENODEV) || errors.Is(err, fs.ErrNotExist)
+}
+
+// startFailure explains a daemon that went away during start: its exit
+// status and the tail of its output, once it has exited (bounded by ctx).
+func (p *Provider) startFailure(ctx context.Context, d *daemon, cause error) error {
+	if ctx.Err() != nil {
+		return cause
+	}
+	if !errors.Is(cause, io.EOF) && !errors.Is(cause, io.ErrUnexpectedEOF) {
+		return cause
+	}
+	select {
+	case <-d.done:
+	case <-ctx.Done():
+		return cause
+	}
+	tail := strings.TrimSpace(d.stderr.String())
+	if tail == "" {
+		return fmt.Errorf("exited with %s and wrote nothing", describeExit(d.exitErr, d.isolation))
+	}
+	return fmt.Errorf("exited with %s: %s", describeExit(d.exitErr, d.isolation), tail)
+}
+
+// wait reaps the daemon, records why it ended, kills whatever is left of the
+// sandbox (an unisolated envd's children outlive it) and removes its cgroup,
+// then closes done.
+func (d *daemon) wait() {
+	err := d.cmd.Wait()
+	if d.isolation != IsolationBwrap {
+		_ = syscall.Kill(-d.pid, syscall.SIGKILL)
+	}
+	if d.cg != nil {
+		_ = d.cg.remove(context.Background())
+	}
+	d.exitErr = err
+	close(d.done)
+}
+
+// stopDaemon kills the sandbox's processes and waits for the daemon to be
+// reaped, until ctx ends.
+func (p *Provider) stopDaemon(ctx context.Context, d *daemon) error {
+	if !d.alive() {
+		return nil
+	}
+	if d.cg != nil {
+		d.cg.kill()
+	}
+	// bwrap's sandbox dies with it: its pid 1 has bwrap as parent-death
+	// signal source, and the pid namespace ends with its pid 1.
+	_ = syscall.Kill(d.pid, syscall.SIGKILL)
+	if d.isolation != IsolationBwrap {
+		_ = syscall.Kill(-d.pid, syscall.SIGKILL)
+	}
+	select {
+	case <-d.done:
+		return nil
+	case <-ctx.Done():
+		return ctxError("stop sandbox daemon", ctx.Err())
+	}
+}
+
+// readInfo reads bwrap's --info-fd document and returns the sandbox's first
+// process (its pid 1, in this pid namespace's numbering).
+func readInfo(ctx context.Context, r *os.File) (int, error) {
+	type result struct {
+		pid int
+		err error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		var info struct {
+			ChildPid int `json:"child-pid"`
+		}
+		// bwrap writes one JSON object; decoding it does not need EOF.
+		err := json.NewDecoder(r).Decode(&info)
+		if err == nil && info.ChildPid <= 0 {
+			err = errors.New("bwrap reported no child pid")
+		}
+		ch <- result{info.ChildPid, err}
+	}()
+	select {
+	case res := <-ch:
+		return res.pid, res.err
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
+}
+
+// readReady waits for envd's "ready <addr>" line on the ready pipe. EOF
+// before it means the daemon died at start.
+func readReady(ctx context.Context, r *os.File) error {
+	ch := make(chan error, 1)
+	go func() {
+		line, err := bufio.NewReader(r).ReadString('\n')
+		switch {
+		case strings.HasPrefix(line, "ready "):
+			ch <- nil
+		case err != nil:
+			ch <- err
+		default:
+			ch <- fmt.Errorf("unexpected line %q on the ready pipe", line)
+		}
+	}()
+	select {
+	case err := <-ch:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// rlimitScript sets the sandbox's rlimits and execs the rest of its
+// arguments in place: $0 is RLIMIT_NOFILE, $1 RLIMIT_NPROC (dash and busybox
+// call it -p, bash -u). Without a value to raise them beyond the server's
+// own, lowering limits needs no privilege.
+const rlimitScript = `ulimit -n "$0" && { ulimit -p "$1" 2>/dev/null || ulimit -u "$1"; } && shift && exec "$@"`
+
+// rlimitArgs are /bin/sh's arguments to run argv (argv[0] a path, args the
+// rest) with spec's rlimits.
+func rlimitArgs(spec sandboxSpec, path string, args []string) []string {
+	return append([]string{"-c", rlimitScript, strconv.FormatUint(spec.nofile, 10), strconv.FormatInt(spec.pids, 10), path}, args...)
+}
+
+// setRlimits applies a sandbox's rlimits to pid, which its processes inherit.
+func setRlimits(pid int, spec sandboxSpec) error {
+	if err := setRlimit(pid, unix.RLIMIT_NOFILE, spec.nofile); err != nil {
+		return err
+	}
+	return setRlimit(pid, unix.RLIMIT_NPROC, uint64(spec.pids))
+}
+
+// setRlimit sets both soft and hard limit of resource on pid. A server that
+// may not raise a hard limit (not root) caps the value at its own.
+func setRlimit(pid, resource int, value uint64) error {
+	if value == 0 {
+		return nil
+	}
+	lim := unix.Rlimit{Cur: value, Max: value}
+	err := unix.Prlimit(pid, resource, &lim, nil)
+	if errors.Is(err, unix.EPERM) {
+		var own unix.Rlimit
+		if unix.Getrlimit(resource, &own) == nil && own.Max < value {
+			lim = unix.Rlimit{Cur: own.Max, Max: own.Max}
+			err = unix.Prlimit(pid, resource, &lim, nil)
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("prlimit(%d, %s=%d): %w", pid, rlimitName(resource), value, err)
+	}
+	return nil
+}
+
+func rlimitName(resource int) string {
+	switch resource {
+	case unix.RLIMIT_NOFILE:
+		return "NOFILE"
+	case unix.RLIMIT_NPROC:
+		return "NPROC"
+	}
+	return strconv.Itoa(resource)
+}
+
+// tailBuffer keeps the last bytes written to it. It is safe for concurrent
+// use.
+type tailBuffer struct {
+	mu    sync.Mutex
+	buf   []byte
+	limit int
+}
+
+func newTailBuffer(limit int) *tailBuffer { return &tailBuffer{limit: limit} }
+
+func (t *tailBuffer) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	n := len(p)
+	if len(p) >= t.limit {
+		t.buf = append(t.buf[:0], p[len(p)-t.limit:]...)
+		return n, nil
+	}
+	if over := len(t.buf) + len(p) - t.limit; over > 0 {
+		t.buf = append(t.buf[:0], t.buf[over:]...)
+	}
+	t.buf = append(t.buf, p...)
+	return n, nil
+}
+
+func (t *tailBuffer) String() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return string(t.buf)
+}
+
+// ctxError turns a context error into a connect error.
+func ctxError(what string, err error) error {
+	code := connect.CodeCanceled
+	if errors.Is(err, context.DeadlineExceeded) {
+		code = connect.CodeDeadlineExceeded
+	}
+	return connect.NewError(code, fmt.Errorf("%s: %w", what, err))
+}

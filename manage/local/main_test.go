@@ -1,0 +1,338 @@
+package local
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/sandbox-mcp/sandbox-mcp/envd/client"
+	"github.com/sandbox-mcp/sandbox-mcp/manage"
+)
+
+// testRoot holds everything the tests make: the daemon binary and the state
+// directories. It is searchable by everyone (0711) so bwrap can run as the
+// unprivileged sandbox user and still reach them, as a real state directory
+// would be set up.
+// inheritedFD is the number of a directory descriptor the tests hold open
+// without close-on-exec.
+const inheritedFD = 100
+
+var (
+	testRoot   string
+	envdBinary string
+	buildErr   error
+)
+
+func TestMain(m *testing.M) {
+	os.Exit(runTests(m))
+}
+
+func runTests(m *testing.M) int {
+	root, err := os.MkdirTemp("", "local-test-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer func() { _ = os.RemoveAll(root) }()
+	if err := os.Chmod(root, 0o711); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	testRoot = root
+	// Stand in for a descriptor the server inherited from its parent
+	// (opened without O_CLOEXEC): it must not reach any sandbox.
+	// (A high number, as the low ones are replaced in children by the
+	// descriptors they are given.)
+	if fd, err := syscall.Open(root, syscall.O_RDONLY|syscall.O_DIRECTORY|syscall.O_CLOEXEC, 0); err == nil {
+		if err := syscall.Dup3(fd, inheritedFD, 0); err == nil {
+			defer func() { _ = syscall.Close(inheritedFD) }()
+		}
+		_ = syscall.Close(fd)
+	}
+	bin := filepath.Join(root, "bin")
+	if err := os.Mkdir(bin, 0o755); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	envdBinary = filepath.Join(bin, "sandbox-mcp")
+	cmd := exec.Command("go", "build", "-o", envdBinary, "github.com/sandbox-mcp/sandbox-mcp")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		buildErr = fmt.Errorf("go build sandbox-mcp: %v\n%s", err, out)
+	}
+	return m.Run()
+}
+
+// skipOrFail skips the test, or fails it under CI=true, where everything the
+// suite needs must be present.
+func skipOrFail(t testing.TB, format string, args ...any) {
+	t.Helper()
+	if os.Getenv("CI") == "true" {
+		t.Fatalf(format, args...)
+	}
+	t.Skipf(format, args...)
+}
+
+func needBinary(t testing.TB) {
+	t.Helper()
+	if buildErr != nil {
+		skipOrFail(t, "the sandbox-mcp binary does not build: %v", buildErr)
+	}
+}
+
+// logBuffer collects a provider's logs for assertions.
+type logBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.Write(p)
+}
+
+func (l *logBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.String()
+}
+
+// newStateDir returns a fresh state directory under testRoot.
+func newStateDir(t testing.TB) string {
+	t.Helper()
+	dir, err := os.MkdirTemp(testRoot, "s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(dir, 0o711); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// newProvider starts a provider on a fresh state directory (unless cfg names
+// one) and closes it when the test ends.
+func newProvider(t testing.TB, cfg Config) *Provider {
+	t.Helper()
+	needBinary(t)
+	if cfg.StateDir == "" {
+		cfg.StateDir = newStateDir(t)
+	}
+	if cfg.EnvdBinary == "" {
+		cfg.EnvdBinary = envdBinary
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.NewTextHandler(&testWriter{t: t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	p, err := New(context.Background(), cfg)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := p.Close(ctx); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	})
+	return p
+}
+
+// testWriter sends logs to t.Log while the test runs.
+type testWriter struct {
+	t  testing.TB
+	mu sync.Mutex
+}
+
+func (w *testWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.t.Helper()
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+// needBwrap starts a provider that must isolate with bwrap.
+func needBwrap(t testing.TB, cfg Config) *Provider {
+	t.Helper()
+	needBinary(t)
+	caps := Probe(context.Background(), Config{StateDir: newStateDir(t), EnvdBinary: envdBinary})
+	if !caps.BwrapUsable {
+		skipOrFail(t, "bubblewrap does not work here: %s", caps.BwrapError)
+	}
+	cfg.Isolation = IsolationBwrap
+	return newProvider(t, cfg)
+}
+
+// testCtx is a context for one step that only times out on failure.
+func testCtx(t testing.TB) context.Context {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func create(t testing.TB, p *Provider, cfg manage.SandboxConfig) manage.Sandbox {
+	t.Helper()
+	sb, err := p.Create(testCtx(t), cfg)
+	if err != nil {
+		t.Fatalf("Create: %v", err)
+	}
+	return sb
+}
+
+// connect returns an envd client for sandbox id.
+func connectTo(t testing.TB, p *Provider, id string) *client.Client {
+	t.Helper()
+	ep, err := p.Endpoint(testCtx(t), id)
+	if err != nil {
+		t.Fatalf("Endpoint(%s): %v", id, err)
+	}
+	c, err := client.New(ep.URL, client.WithEnvdVersion(ep.EnvdVersion))
+	if err != nil {
+		t.Fatalf("client.New(%s): %v", ep.URL, err)
+	}
+	t.Cleanup(c.Close)
+	return c
+}
+
+// sh runs script with /bin/sh -c in the sandbox and returns its result.
+func sh(t testing.TB, c *client.Client, script string) *client.Result {
+	t.Helper()
+	res, err := c.Run(testCtx(t), client.Command{Cmd: "/bin/sh", Args: []string{"-c", script}}, client.RunOptions{})
+	if err != nil {
+		t.Fatalf("run %q: %v", script, err)
+	}
+	return res
+}
+
+// shOK runs script, requires exit status 0 and returns its trimmed stdout.
+func shOK(t testing.TB, c *client.Client, script string) string {
+	t.Helper()
+	res := sh(t, c, script)
+	if res.ExitCode != 0 {
+		t.Fatalf("run %q: exit %d, stdout %q, stderr %q", script, res.ExitCode, res.Stdout.Bytes(), res.Stderr.Bytes())
+	}
+	return strings.TrimSpace(string(res.Stdout.Bytes()))
+}
+
+// shFails runs script and requires a non-zero exit status.
+func shFails(t testing.TB, c *client.Client, script string) string {
+	t.Helper()
+	res := sh(t, c, script)
+	if res.ExitCode == 0 {
+		t.Fatalf("run %q: succeeded, want a failure; stdout %q", script, res.Stdout.Bytes())
+	}
+	return string(res.Stderr.Bytes())
+}
+
+// sandboxPids returns the host pids of a sandbox's processes: the processes
+// whose command line names the sandbox's directory (bwrap, or an unisolated
+// envd) and all their descendants.
+func sandboxPids(t testing.TB, p *Provider, id string) (roots, all []int) {
+	t.Helper()
+	dir := p.Dir(id)
+	parents := procParents()
+	for pid := range parents {
+		cmdline, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
+		if err != nil {
+			continue
+		}
+		if bytes.Contains(cmdline, []byte(dir+"/")) && !bytes.Contains(cmdline, []byte("go-build")) {
+			roots = append(roots, pid)
+		}
+	}
+	// bwrap's pid 1 in the sandbox is a fork of bwrap, with the same
+	// command line: keep only the outermost.
+	outer := roots[:0]
+	for _, pid := range roots {
+		if !slices.Contains(roots, parents[pid]) {
+			outer = append(outer, pid)
+		}
+	}
+	roots = outer
+	children := map[int][]int{}
+	for pid, ppid := range parents {
+		children[ppid] = append(children[ppid], pid)
+	}
+	queue := append([]int(nil), roots...)
+	for len(queue) > 0 {
+		pid := queue[0]
+		queue = queue[1:]
+		all = append(all, pid)
+		queue = append(queue, children[pid]...)
+	}
+	return roots, all
+}
+
+// cmdline returns a process's command line with spaces between arguments.
+func cmdline(pid int) string {
+	data, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
+	return strings.TrimSpace(strings.ReplaceAll(string(data), "\x00", " "))
+}
+
+// waitDone waits for the daemon of id to exit, via the provider's own
+// notification.
+func waitDone(t testing.TB, p *Provider, id string) {
+	t.Helper()
+	select {
+	case <-p.Done(id):
+	case <-time.After(30 * time.Second):
+		t.Fatalf("daemon of %s did not exit", id)
+	}
+}
+
+// sandboxProc identifies a process across pid reuse: pid and start time.
+type sandboxProc struct {
+	pid   int
+	start string
+}
+
+// procStart returns the start time of pid (field 22 of /proc/pid/stat), or ""
+// when it is gone.
+func procStart(pid int) string {
+	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return ""
+	}
+	s := string(data)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	if len(f) < 20 {
+		return ""
+	}
+	return f[19]
+}
+
+// snapshot records pids with their start times.
+func snapshot(pids []int) []sandboxProc {
+	var out []sandboxProc
+	for _, pid := range pids {
+		out = append(out, sandboxProc{pid, procStart(pid)})
+	}
+	return out
+}
+
+// checkEnded requires that none of the processes recorded by snapshot runs
+// user code any more: each is gone, a zombie, or exiting (its memory already
+// released, so /proc shows no command line; a namespace's pid 1 waits so
+// for the rest of its namespace).
+func checkEnded(t testing.TB, procs []sandboxProc) {
+	t.Helper()
+	for _, sp := range procs {
+		st := procState(sp.pid)
+		if st != 0 && st != 'Z' && st != 'X' && procStart(sp.pid) == sp.start && cmdline(sp.pid) != "" {
+			t.Errorf("process %d (%s, state %c) of the sandbox still runs", sp.pid, cmdline(sp.pid), st)
+		}
+	}
+}

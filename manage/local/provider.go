@@ -1,0 +1,608 @@
+// Package local is the embedded sandbox provider: a sandbox is a directory
+// under the state directory plus one `sandbox-mcp envd` daemon reached over a
+// unix socket, isolated with bubblewrap where it works.
+//
+// A sandbox with id ID lives in <StateDir>/sandboxes/ID/:
+//
+//	workspace/   the workspace (/workspace inside, envd's --root)
+//	tmp/         its private /tmp
+//	run/         envd.sock, the daemon's socket
+//	sandbox.json id, creation time and configuration, so the sandbox is
+//	             found again after a restart
+//
+// Under bwrap the daemon runs in new user, pid, ipc, uts, mount, cgroup and
+// (unless the sandbox has network) network namespaces as uid 1000, sees the
+// host's system directories read-only, its workspace, its /tmp and nothing
+// else of the host. When the server runs as root, bwrap itself runs as an
+// unprivileged host user (Config.HostUID, default nobody) so that uid 1000
+// inside is not root's uid outside: otherwise the sandbox would own every
+// root-owned file it can see (/etc/shadow among them). Without bwrap
+// (isolation none) the daemon is a plain child process confined only by
+// envd's --confine, and every Sandbox says so in its Warnings.
+//
+// Each sandbox gets a cgroup (v1 or v2) with memory, cpu and pids limits
+// where the host allows, which also freezes it for Pause, and rlimits
+// (RLIMIT_NOFILE, RLIMIT_NPROC). Daemons die with the server (bwrap
+// --die-with-parent, or the parent-death signal): after a restart their
+// sandboxes are stopped, and Resume starts a new daemon on the same files.
+//
+// The parent-death signal is delivered when the OS thread that started the
+// daemon exits, not the process; Go only ends a thread when a goroutine
+// exits while locked to it, which this package never does. A server that
+// does so elsewhere would see sandboxes die with that thread.
+//
+// One Provider owns a state directory at a time (an advisory lock enforces
+// it); Close releases it.
+package local
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/sandbox-mcp/sandbox-mcp/manage"
+)
+
+// Name is the provider's name.
+const Name = "local"
+
+// Isolation values (Config.Isolation, Provider.Isolation, Sandbox.Isolation).
+const (
+	IsolationAuto  = "auto"
+	IsolationBwrap = "bwrap"
+	IsolationNone  = "none"
+)
+
+// Built-in defaults for limits a SandboxConfig and Config.DefaultLimits leave
+// at zero. Memory defaults to half the machine's RAM; CPU is not capped.
+const (
+	DefaultPids   = 4096
+	DefaultNoFile = 65536
+)
+
+// defaultHostID is the host user and group bwrap runs as when the server is
+// root: nobody and nogroup.
+const defaultHostID = 65534
+
+// noIsolationWarning is on every Sandbox of a provider without isolation.
+var noIsolationWarning = fmt.Sprintf("This sandbox is NOT isolated from the host (isolation none: bubblewrap is "+
+	"not in use): its commands run as ordinary processes of the server's user (%s) and can read, change and "+
+	"delete anything that user can, see the host's processes and use its network. Only envd's file API is "+
+	"confined to the workspace.", serverUser())
+
+// serverUser names the user the server runs as, for warnings.
+func serverUser() string {
+	if uid := os.Geteuid(); uid != 0 {
+		return fmt.Sprintf("uid %d", uid)
+	}
+	return "root"
+}
+
+// Config configures a Provider. StateDir is required.
+type Config struct {
+	// StateDir holds the sandboxes (StateDir/sandboxes/ID). Created if
+	// missing; it must be writable.
+	StateDir string
+	// EnvdBinary is the sandbox-mcp binary run as `EnvdBinary envd`.
+	// Default: the running executable.
+	EnvdBinary string
+	// Isolation is auto (default), bwrap or none. auto uses bwrap when a
+	// probe run of it works and none otherwise; bwrap makes New fail when
+	// it does not work.
+	Isolation string
+	// BwrapPath is the bwrap executable. Default "bwrap", looked up in PATH.
+	BwrapPath string
+	// HostUID and HostGID are the host user and group bwrap runs as when the
+	// server runs as root, so uid 1000 inside maps to them rather than to
+	// root. 0 means 65534 (nobody); -1 keeps root. They need to reach the
+	// state directory and EnvdBinary (search permission on every parent);
+	// when they cannot, sandboxes run as root's uid with a warning.
+	HostUID, HostGID int
+	// Cgroups selects the cgroup hierarchy: auto (default: v1 controllers
+	// where mounted, else v2), v1, v2 or off. An explicit version that is
+	// not available is an error.
+	Cgroups string
+	// CgroupName is the parent cgroup of the sandboxes in each hierarchy.
+	// Default "sandbox-mcp".
+	CgroupName string
+	// DefaultLimits fills the limits a SandboxConfig leaves at zero; its
+	// own zero fields take the package defaults.
+	DefaultLimits manage.Limits
+	// Logger receives the provider's logs. Nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// Capabilities is what works on this machine for the local provider, as
+// Probe finds it.
+type Capabilities struct {
+	// BwrapPath is the bwrap executable found ("" when none).
+	BwrapPath string
+	// BwrapVersion is `bwrap --version` ("bubblewrap 0.8.0").
+	BwrapVersion string
+	// BwrapUsable is true when a probe sandbox with every namespace a
+	// sandbox uses ran /bin/true.
+	BwrapUsable bool
+	// BwrapError is why bwrap is not usable (its stderr, quoted).
+	BwrapError string
+	// UserNamespaces reports whether the kernel allows user namespaces.
+	UserNamespaces bool
+	// SandboxUID and SandboxGID are the host ids that uid and gid 1000 in a
+	// bwrap sandbox map to.
+	SandboxUID, SandboxGID int
+	// DropError, for a server running as root, is why bwrap could not run
+	// as Config.HostUID, so sandboxes map to root's uid instead.
+	DropError string
+	// CgroupVersion is 1 or 2, or 0 when sandboxes get no cgroup.
+	CgroupVersion int
+	// CgroupError is why sandboxes get no cgroup.
+	CgroupError string
+	// Freezer reports whether Pause freezes a cgroup (otherwise it stops
+	// the processes with SIGSTOP).
+	Freezer bool
+	// MemoryLimit, PidsLimit and CPULimit report which cgroup limits apply.
+	MemoryLimit, PidsLimit, CPULimit bool
+}
+
+// Provider is the local sandbox provider. It is safe for concurrent use;
+// operations on one sandbox are serialised, different sandboxes proceed in
+// parallel.
+type Provider struct {
+	log          *slog.Logger
+	stateDir     string
+	sandboxesDir string
+	envdBinary   string
+	bwrapPath    string
+	isolation    string
+	cred         *syscall.Credential // bwrap's user; nil: the server's own
+	prlimit      bool                // set rlimits with prlimit(2), not through sh
+	maxNoFile    uint64              // highest NOFILE and NPROC the server may
+	maxNProc     uint64              // give (its own hard limits), 0: no cap
+	owner        [2]int              // uid, gid of new workspaces; -1: leave
+	sysMounts    []string
+	cgroups      *cgroups
+	caps         Capabilities
+	limits       manage.Limits // resolved defaults
+	lock         *os.File      // flock on the state directory
+
+	bg sync.WaitGroup // background removals
+
+	mu      sync.Mutex
+	entries map[string]*entry
+	closed  bool
+}
+
+var _ manage.Provider = (*Provider)(nil)
+
+// entry serialises the operations on one sandbox and holds its daemon.
+type entry struct {
+	sem chan struct{} // a one-slot lock that a waiter can abandon
+	d   *daemon       // the current or last daemon; nil if none was started
+}
+
+// metadata is sandbox.json.
+type metadata struct {
+	ID        string               `json:"id"`
+	CreatedAt time.Time            `json:"created_at"`
+	Config    manage.SandboxConfig `json:"config"`
+}
+
+// New checks the state directory, probes bwrap and cgroups, and returns a
+// provider. It fails when StateDir is not writable, when Isolation is bwrap
+// and bwrap does not work (quoting bwrap's error), or when another Provider
+// holds the state directory.
+func New(ctx context.Context, cfg Config) (*Provider, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	log := cfg.Logger
+	p := &Provider{
+		log:          log,
+		stateDir:     cfg.StateDir,
+		sandboxesDir: filepath.Join(cfg.StateDir, "sandboxes"),
+		envdBinary:   cfg.EnvdBinary,
+		owner:        [2]int{-1, -1},
+		entries:      map[string]*entry{},
+	}
+	if err := p.prepareStateDir(); err != nil {
+		return nil, err
+	}
+	closeInheritedFDsOnExec()
+	if err := p.lockStateDir(); err != nil {
+		return nil, err
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			_ = p.lock.Close()
+		}
+	}()
+	if _, err := os.Stat(cfg.EnvdBinary); err != nil {
+		return nil, fmt.Errorf("local provider: envd binary: %w", err)
+	}
+
+	caps, cg, cred := probe(ctx, cfg, p.sandboxesDir)
+	if caps.CgroupError != "" && (cfg.Cgroups == CgroupsV1 || cfg.Cgroups == CgroupsV2) {
+		return nil, fmt.Errorf("local provider: cgroups %s requested but not available: %s", cfg.Cgroups, caps.CgroupError)
+	}
+	p.caps, p.cgroups, p.cred, p.bwrapPath = caps, cg, cred, caps.BwrapPath
+	switch {
+	case cfg.Isolation == IsolationNone:
+		p.isolation = IsolationNone
+	case caps.BwrapUsable:
+		p.isolation = IsolationBwrap
+	case cfg.Isolation == IsolationBwrap:
+		return nil, fmt.Errorf("local provider: isolation bwrap requested but bwrap does not work here: %s", caps.BwrapError)
+	default:
+		p.isolation = IsolationNone
+		log.Warn("bubblewrap does not work here; sandboxes run WITHOUT isolation", "bwrap", cfg.BwrapPath, "error", caps.BwrapError)
+	}
+	if p.isolation == IsolationNone {
+		log.Warn("local sandboxes are not isolated from the host: commands run as the server's user with its privileges")
+		p.cred = nil
+		p.caps.SandboxUID, p.caps.SandboxGID = os.Geteuid(), os.Getegid()
+	}
+	if p.isolation == IsolationBwrap {
+		p.sysMounts = systemMountArgs()
+		if cred != nil {
+			p.owner = [2]int{int(cred.Uid), int(cred.Gid)}
+		} else if caps.DropError != "" {
+			log.Warn("bwrap cannot run as the unprivileged host user; sandbox uid 1000 maps to the server's uid (root)",
+				"host_uid", cfg.HostUID, "error", caps.DropError)
+		}
+	}
+	if caps.CgroupError != "" {
+		log.Warn("sandboxes get no cgroup: no memory, cpu or pids limits; pause uses SIGSTOP", "error", caps.CgroupError)
+	}
+	p.limits = resolveDefaults(cfg.DefaultLimits)
+	// prlimit(2) on the sandbox's first process needs CAP_SYS_RESOURCE
+	// unless that process has the server's uid; otherwise, and always
+	// without bwrap (see startDaemon), sh sets the limits before exec.
+	canRaise := hasCapability(unix.CAP_SYS_RESOURCE)
+	p.prlimit = p.isolation == IsolationBwrap && (p.cred == nil || canRaise)
+	if !canRaise {
+		var lim unix.Rlimit
+		if unix.Getrlimit(unix.RLIMIT_NOFILE, &lim) == nil {
+			p.maxNoFile = lim.Max
+		}
+		if unix.Getrlimit(unix.RLIMIT_NPROC, &lim) == nil {
+			p.maxNProc = lim.Max
+		}
+	}
+	if err := p.reapLeftovers(ctx); err != nil {
+		return nil, err
+	}
+	p.removeTrash()
+	log.Debug("local provider ready", "state_dir", p.stateDir, "isolation", p.isolation, "bwrap", caps.BwrapVersion,
+		"sandbox_uid", caps.SandboxUID, "cgroup_version", caps.CgroupVersion, "freezer", caps.Freezer)
+	ok = true
+	return p, nil
+}
+
+func (cfg Config) withDefaults() (Config, error) {
+	if cfg.StateDir == "" {
+		return cfg, errors.New("local provider: a state directory is required")
+	}
+	abs, err := filepath.Abs(cfg.StateDir)
+	if err != nil {
+		return cfg, fmt.Errorf("local provider: state directory %q: %w", cfg.StateDir, err)
+	}
+	cfg.StateDir = abs
+	if cfg.EnvdBinary == "" {
+		if cfg.EnvdBinary, err = os.Executable(); err != nil {
+			return cfg, fmt.Errorf("local provider: locate envd binary: %w", err)
+		}
+	}
+	if cfg.EnvdBinary, err = filepath.Abs(cfg.EnvdBinary); err != nil {
+		return cfg, fmt.Errorf("local provider: envd binary: %w", err)
+	}
+	switch cfg.Isolation {
+	case "":
+		cfg.Isolation = IsolationAuto
+	case IsolationAuto, IsolationBwrap, IsolationNone:
+	default:
+		return cfg, fmt.Errorf("local provider: isolation %q: want auto, bwrap or none", cfg.Isolation)
+	}
+	switch cfg.Cgroups {
+	case "":
+		cfg.Cgroups = CgroupsAuto
+	case CgroupsAuto, CgroupsV1, CgroupsV2, CgroupsOff:
+	default:
+		return cfg, fmt.Errorf("local provider: cgroups %q: want auto, v1, v2 or off", cfg.Cgroups)
+	}
+	if cfg.BwrapPath == "" {
+		cfg.BwrapPath = "bwrap"
+	}
+	if cfg.CgroupName == "" {
+		cfg.CgroupName = "sandbox-mcp"
+	}
+	if !validCgroupName(cfg.CgroupName) {
+		return cfg, fmt.Errorf("local provider: cgroup name %q: want letters, digits, '-', '_' and '.'", cfg.CgroupName)
+	}
+	if cfg.HostUID == 0 {
+		cfg.HostUID = defaultHostID
+	}
+	if cfg.HostGID == 0 {
+		cfg.HostGID = defaultHostID
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	// A unix socket path has at most 107 bytes.
+	if sock := filepath.Join(cfg.StateDir, "sandboxes", "l123456789abcdef", "run", "envd.sock"); len(sock) > 107 {
+		return cfg, fmt.Errorf("local provider: state directory %s is too long: socket paths under it (%d bytes) exceed the 107-byte limit of unix sockets", cfg.StateDir, len(sock))
+	}
+	return cfg, nil
+}
+
+func validCgroupName(s string) bool {
+	if s == "" || s == "." || s == ".." {
+		return false
+	}
+	for _, r := range s {
+		if (r < 'a' || r > 'z') && (r < 'A' || r > 'Z') && (r < '0' || r > '9') && r != '-' && r != '_' && r != '.' {
+			return false
+		}
+	}
+	return true
+}
+
+// resolveDefaults fills the package defaults into zero fields of lim.
+func resolveDefaults(lim manage.Limits) manage.Limits {
+	if lim.MemoryBytes == 0 {
+		var si unix.Sysinfo_t
+		if unix.Sysinfo(&si) == nil {
+			// Rounded to pages, as the kernel stores it.
+			page := int64(os.Getpagesize())
+			lim.MemoryBytes = int64(si.Totalram) * int64(si.Unit) / 2 / page * page
+		}
+	}
+	if lim.Pids == 0 {
+		lim.Pids = DefaultPids
+	}
+	if lim.NoFile == 0 {
+		lim.NoFile = DefaultNoFile
+	}
+	return lim
+}
+
+// prepareStateDir creates the state and sandboxes directories (searchable by
+// the unprivileged sandbox user, listable only by the server) and checks they
+// are writable.
+func (p *Provider) prepareStateDir() error {
+	for _, dir := range []string{p.stateDir, p.sandboxesDir} {
+		if err := os.Mkdir(dir, 0o711); err != nil && !errors.Is(err, fs.ErrExist) {
+			if errors.Is(err, fs.ErrNotExist) {
+				err = os.MkdirAll(dir, 0o711)
+			}
+			if err != nil {
+				return fmt.Errorf("local provider: state directory %s: %w", dir, err)
+			}
+		}
+	}
+	f, err := os.CreateTemp(p.sandboxesDir, ".probe-*")
+	if err != nil {
+		return fmt.Errorf("local provider: state directory %s is not writable: %w", p.stateDir, err)
+	}
+	_ = f.Close()
+	_ = os.Remove(f.Name())
+	return nil
+}
+
+// lockStateDir takes the advisory lock that makes this Provider the only one
+// on the state directory.
+func (p *Provider) lockStateDir() error {
+	f, err := os.OpenFile(filepath.Join(p.sandboxesDir, ".lock"), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return fmt.Errorf("local provider: state directory %s: %w", p.stateDir, err)
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		_ = f.Close()
+		if errors.Is(err, unix.EWOULDBLOCK) {
+			return fmt.Errorf("local provider: state directory %s is in use by another provider (sandbox-mcp process)", p.stateDir)
+		}
+		return fmt.Errorf("local provider: lock state directory %s: %w", p.stateDir, err)
+	}
+	p.lock = f
+	return nil
+}
+
+// Probe reports what works on this machine for cfg: bwrap (run once with
+// every namespace a sandbox uses), the user it can run as, and cgroups. It
+// creates the parent cgroups (Config.CgroupName) when it can. For doctor.
+func Probe(ctx context.Context, cfg Config) Capabilities {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return Capabilities{BwrapError: err.Error(), CgroupError: err.Error()}
+	}
+	sandboxes := filepath.Join(cfg.StateDir, "sandboxes")
+	if _, err := os.Stat(sandboxes); err != nil {
+		sandboxes = ""
+	}
+	caps, _, _ := probe(ctx, cfg, sandboxes)
+	return caps
+}
+
+// probe finds bwrap, runs it, and detects cgroups. sandboxes, when not empty,
+// is bound into the probe sandbox (with the envd binary) to check the
+// unprivileged host user can reach them.
+func probe(ctx context.Context, cfg Config, sandboxes string) (Capabilities, *cgroups, *syscall.Credential) {
+	caps := Capabilities{SandboxUID: os.Geteuid(), SandboxGID: os.Getegid()}
+	var cred *syscall.Credential
+	if path, err := exec.LookPath(cfg.BwrapPath); err != nil {
+		caps.BwrapError = fmt.Sprintf("%v: %v", errBwrapMissing, err)
+	} else {
+		caps.BwrapPath, _ = filepath.Abs(path)
+		caps.BwrapVersion = bwrapVersion(ctx, caps.BwrapPath)
+		var extra []string
+		if sandboxes != "" {
+			extra = []string{"--ro-bind", sandboxes, "/.probe/sandboxes"}
+			if _, err := os.Stat(cfg.EnvdBinary); err == nil {
+				extra = append(extra, "--ro-bind", cfg.EnvdBinary, "/.probe/envd")
+			}
+		}
+		if os.Geteuid() == 0 && cfg.HostUID >= 0 && cfg.HostGID >= 0 {
+			c := &syscall.Credential{Uid: uint32(cfg.HostUID), Gid: uint32(cfg.HostGID), Groups: []uint32{}}
+			if r := probeBwrap(ctx, caps.BwrapPath, c, extra); r.ok {
+				caps.BwrapUsable, cred = true, c
+				caps.SandboxUID, caps.SandboxGID = cfg.HostUID, cfg.HostGID
+			} else {
+				caps.DropError = r.stderr
+			}
+		}
+		if !caps.BwrapUsable {
+			if r := probeBwrap(ctx, caps.BwrapPath, nil, extra); r.ok {
+				caps.BwrapUsable = true
+			} else {
+				caps.BwrapError = r.stderr
+			}
+		}
+	}
+	caps.UserNamespaces = caps.BwrapUsable || userNamespaces()
+
+	cg, err := detectCgroups(cfg.Cgroups, cfg.CgroupName)
+	switch {
+	case err != nil:
+		caps.CgroupError = err.Error()
+	case cg == nil:
+		caps.CgroupError = "cgroups are turned off (Cgroups: off)"
+	default:
+		caps.CgroupVersion = cg.version
+		caps.Freezer, caps.MemoryLimit, caps.PidsLimit, caps.CPULimit = cg.freezer, cg.memory, cg.pids, cg.cpu
+	}
+	return caps, cg, cred
+}
+
+// Name returns "local".
+func (p *Provider) Name() string { return Name }
+
+// Isolation returns the isolation sandboxes get: "bwrap" or "none".
+func (p *Provider) Isolation() string { return p.isolation }
+
+// Capabilities returns what New found on this machine.
+func (p *Provider) Capabilities() Capabilities { return p.caps }
+
+// Dir returns the host directory of sandbox id (whether or not it exists), or
+// "" for an invalid id.
+func (p *Provider) Dir(id string) string {
+	if !validID(id) {
+		return ""
+	}
+	return filepath.Join(p.sandboxesDir, id)
+}
+
+// Done returns a channel closed when the daemon of sandbox id exits (killed,
+// crashed, or stopped by Kill or Close). For a sandbox with no running daemon
+// the channel is already closed. It lets callers wait for a loss without
+// polling.
+func (p *Provider) Done(id string) <-chan struct{} {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if e, ok := p.entries[id]; ok {
+		// The daemon pointer is written under the entry lock; reading it
+		// here under p.mu is safe because setDaemon takes p.mu too.
+		if e.d != nil {
+			return e.d.done
+		}
+	}
+	closed := make(chan struct{})
+	close(closed)
+	return closed
+}
+
+// reapLeftovers kills what a previous server left running in the cgroups of
+// this state directory's sandboxes (unisolated sandboxes' processes outlive
+// their envd), so that a stopped sandbox really runs nothing.
+func (p *Provider) reapLeftovers(ctx context.Context) error {
+	if p.cgroups == nil {
+		return nil
+	}
+	entries, err := os.ReadDir(p.sandboxesDir)
+	if err != nil {
+		return fmt.Errorf("local provider: state directory %s: %w", p.stateDir, err)
+	}
+	for _, de := range entries {
+		if !validID(de.Name()) {
+			continue
+		}
+		if cg := p.cgroups.open(de.Name()); cg.exists() {
+			p.log.Info("killing what a previous server left of a sandbox", "id", de.Name(), "processes", len(cg.procs()))
+			if err := cg.remove(ctx); err != nil {
+				p.log.Warn("could not remove a stale sandbox cgroup", "id", de.Name(), "error", err)
+			}
+		}
+	}
+	return nil
+}
+
+// removeTrash deletes, in the background, what killed sandboxes left when
+// their deletion was cut short.
+func (p *Provider) removeTrash() {
+	trash := filepath.Join(p.sandboxesDir, ".trash")
+	if _, err := os.Stat(trash); err != nil {
+		return
+	}
+	p.bg.Add(1)
+	go func() {
+		defer p.bg.Done()
+		entries, _ := os.ReadDir(trash)
+		for _, de := range entries {
+			_ = os.RemoveAll(filepath.Join(trash, de.Name()))
+		}
+	}()
+}
+
+// closeInheritedOnce guards closeInheritedFDsOnExec.
+var closeInheritedOnce sync.Once
+
+// closeInheritedFDsOnExec marks every file descriptor above 2 that the
+// server inherited from its parent close-on-exec. Go opens its own with
+// O_CLOEXEC, but inherited ones would otherwise pass through bwrap and envd
+// into every sandbox process, and an inherited directory descriptor is a way
+// out of a mount namespace. The server itself keeps using them; only its
+// children (all of them) stop inheriting them. Done once per process.
+func closeInheritedFDsOnExec() {
+	closeInheritedOnce.Do(func() {
+		entries, err := os.ReadDir("/proc/self/fd")
+		if err != nil {
+			return
+		}
+		for _, e := range entries {
+			fd, err := strconv.Atoi(e.Name())
+			if err != nil || fd <= 2 {
+				continue
+			}
+			flags, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0)
+			if err == nil && flags&unix.FD_CLOEXEC == 0 {
+				_, _ = unix.FcntlInt(uintptr(fd), unix.F_SETFD, flags|unix.FD_CLOEXEC)
+			}
+		}
+	})
+}
+
+// hasCapability reports whether the server has capability c in effect.
+func hasCapability(c int) bool {
+	data, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return false
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if hex, ok := strings.CutPrefix(line, "CapEff:"); ok {
+			mask, err := strconv.ParseUint(strings.TrimSpace(hex), 16, 64)
+			return err == nil && mask&(1<<uint(c)) != 0
+		}
+	}
+	return false
+}
