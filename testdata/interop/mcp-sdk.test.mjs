@@ -1,0 +1,235 @@
+// The official TypeScript MCP SDK (@modelcontextprotocol/sdk, pinned in
+// package.json) against `sandbox-mcp serve`, over stdio and over streamable
+// HTTP. The same tests run on both transports.
+//
+// The SDK's Client does its own checking: callTool validates
+// structuredContent against the tool's outputSchema (cached by listTools) and
+// throws when a tool with an outputSchema returns no structuredContent, so a
+// passing call is also a schema check.
+
+import assert from 'node:assert/strict'
+import { once } from 'node:events'
+import { rmSync } from 'node:fs'
+import { after, before, describe, test } from 'node:test'
+
+import { binaryCheck, binaryPath, missing, serveCheck, serveEnv, startServeHTTP, stdioServeArgs, newStateDir, tryImport, within } from './lib/harness.mjs'
+
+const [clientMod, clientMissing] = await tryImport('@modelcontextprotocol/sdk/client/index.js')
+const [stdioMod] = await tryImport('@modelcontextprotocol/sdk/client/stdio.js')
+const [httpMod] = await tryImport('@modelcontextprotocol/sdk/client/streamableHttp.js')
+const [typesMod] = await tryImport('@modelcontextprotocol/sdk/types.js')
+const skip = missing([!clientMissing, clientMissing], binaryCheck(), serveCheck())
+
+const clientInfo = { name: 'sandbox-mcp-interop', version: '0.0.0' }
+const hints = ['readOnlyHint', 'destructiveHint', 'idempotentHint', 'openWorldHint']
+
+/** textJSON parses the result's first text block, which must hold the same JSON as structuredContent. */
+function textJSON (result) {
+  const text = result.content.find((c) => c.type === 'text')
+  assert.ok(text, `no text content in ${JSON.stringify(result)}`)
+  return JSON.parse(text.text)
+}
+
+/** transports lists how each suite connects: start returns {client, stop, diagnostics}. */
+const transports = [
+  {
+    name: 'stdio',
+    async start () {
+      const stateDir = newStateDir('serve-stdio')
+      const transport = new stdioMod.StdioClientTransport({
+        command: binaryPath,
+        args: stdioServeArgs(stateDir),
+        env: serveEnv(stateDir),
+        stderr: 'pipe'
+      })
+      let stderr = ''
+      transport.stderr.setEncoding('utf8')
+      transport.stderr.on('data', (d) => { stderr += d })
+      const client = new clientMod.Client(clientInfo)
+      await within(client.connect(transport), 'the stdio initialize handshake')
+      return {
+        client,
+        transport,
+        diagnostics: () => stderr,
+        stop: async () => {
+          // close() ends the server's stdin, then escalates to SIGTERM and
+          // SIGKILL without waiting for the last; wait for the exit so the
+          // state directory is not removed under a running server.
+          const proc = transport._process
+          await client.close()
+          if (proc && proc.exitCode === null && proc.signalCode === null) await once(proc, 'exit')
+          rmSync(stateDir, { recursive: true, force: true })
+        }
+      }
+    }
+  },
+  {
+    name: 'streamable HTTP',
+    async start () {
+      const server = await startServeHTTP()
+      const client = new clientMod.Client(clientInfo)
+      const transport = new httpMod.StreamableHTTPClientTransport(new URL(server.url))
+      await within(client.connect(transport), 'the HTTP initialize handshake')
+      return {
+        client,
+        transport,
+        url: server.url,
+        diagnostics: server.stderr,
+        stop: async () => {
+          // DELETE the session, then stop the server.
+          await transport.terminateSession().catch(() => {})
+          await client.close()
+          await server.stop()
+        }
+      }
+    }
+  }
+]
+
+for (const t of transports) {
+  describe(`MCP TypeScript SDK over ${t.name}`, { skip }, () => {
+    let conn
+    let client
+
+    before(async () => {
+      conn = await t.start()
+      client = conn.client
+    })
+    after(async () => {
+      if (process.env.INTEROP_VERBOSE && conn) console.error(conn.diagnostics())
+      await conn?.stop()
+    })
+
+    test('initialize: server info, tool capability and instructions', () => {
+      const info = client.getServerVersion()
+      assert.equal(info.name, 'sandbox-mcp')
+      assert.ok(info.version, 'server version')
+      assert.ok(client.getServerCapabilities()?.tools, 'tools capability')
+      assert.ok(client.getInstructions()?.length > 0, 'instructions')
+      if (t.name !== 'stdio') {
+        // The newest revision this SDK speaks; it has HTTP sessions.
+        assert.equal(conn.transport.protocolVersion, '2025-11-25')
+        assert.ok(conn.transport.sessionId, 'Mcp-Session-Id')
+      }
+    })
+
+    test('listTools: every tool has inputSchema, outputSchema and all four annotation hints', async () => {
+      const { tools } = await client.listTools()
+      const names = tools.map((x) => x.name)
+      for (const want of ['workspace_exec', 'put_files', 'read_files']) assert.ok(names.includes(want), `${want} missing from ${names}`)
+      for (const tool of tools) {
+        assert.match(tool.name, /^[a-z_]+$/)
+        assert.ok(tool.description, `${tool.name}: description`)
+        assert.equal(tool.inputSchema?.type, 'object', `${tool.name}: inputSchema`)
+        assert.equal(tool.outputSchema?.type, 'object', `${tool.name}: outputSchema`)
+        for (const h of hints) assert.equal(typeof tool.annotations?.[h], 'boolean', `${tool.name}: annotations.${h}`)
+      }
+    })
+
+    test('workspace_exec: structuredContent matches the text JSON; a non-zero exit is not isError', async () => {
+      const ok = await client.callTool({ name: 'workspace_exec', arguments: { command: 'echo hi; echo err >&2' } })
+      assert.notEqual(ok.isError, true, JSON.stringify(ok))
+      assert.deepEqual(textJSON(ok), ok.structuredContent)
+      assert.equal(ok.structuredContent.exit_code, 0)
+      assert.equal(ok.structuredContent.stdout, 'hi\n')
+      assert.equal(ok.structuredContent.stderr, 'err\n')
+
+      const failed = await client.callTool({ name: 'workspace_exec', arguments: { command: 'echo partial; exit 3' } })
+      assert.notEqual(failed.isError, true, JSON.stringify(failed))
+      assert.deepEqual(textJSON(failed), failed.structuredContent)
+      assert.equal(failed.structuredContent.exit_code, 3)
+      assert.equal(failed.structuredContent.stdout, 'partial\n')
+    })
+
+    test('put_files then read_files: text and base64 round trip', async () => {
+      const binary = Buffer.from([0, 1, 2, 254, 255, 0x89, 0x50])
+      const put = await client.callTool({
+        name: 'put_files',
+        arguments: {
+          files: [
+            { path: 'interop/hello.txt', content: 'hello from the TS SDK\n' },
+            { path: 'interop/blob.bin', content: binary.toString('base64'), encoding: 'base64' }
+          ]
+        }
+      })
+      assert.notEqual(put.isError, true, JSON.stringify(put))
+      assert.deepEqual(textJSON(put), put.structuredContent)
+      assert.deepEqual(put.structuredContent.written.map((w) => [w.path, w.bytes]),
+        [['interop/hello.txt', 22], ['interop/blob.bin', binary.length]])
+
+      const read = await client.callTool({ name: 'read_files', arguments: { paths: ['interop/hello.txt', 'interop/blob.bin'] } })
+      assert.notEqual(read.isError, true, JSON.stringify(read))
+      assert.deepEqual(textJSON(read), read.structuredContent)
+      const [text, blob] = read.structuredContent.files
+      assert.equal(text.encoding, 'text')
+      assert.equal(text.content, 'hello from the TS SDK\n')
+      assert.equal(blob.encoding, 'base64')
+      assert.deepEqual(Buffer.from(blob.content, 'base64'), binary)
+
+      // The files are really there for commands too.
+      const cat = await client.callTool({ name: 'workspace_exec', arguments: { command: 'cat interop/hello.txt' } })
+      assert.equal(cat.structuredContent.stdout, 'hello from the TS SDK\n')
+    })
+
+    test('isError: a schema violation and a failing operation are tool errors that say why', async () => {
+      const bad = await client.callTool({ name: 'workspace_exec', arguments: { command: 'true', timeout_sec: 0 } })
+      assert.equal(bad.isError, true, JSON.stringify(bad))
+      assert.match(bad.content.map((c) => c.text ?? '').join('\n'), /timeout_sec/)
+
+      const noCwd = await client.callTool({ name: 'workspace_exec', arguments: { command: 'true', cwd: 'no/such/dir' } })
+      assert.equal(noCwd.isError, true, JSON.stringify(noCwd))
+      assert.match(noCwd.content.map((c) => c.text ?? '').join('\n'), /no\/such\/dir/)
+    })
+
+    test('an unknown tool is a JSON-RPC error (McpError), and the session keeps working', async () => {
+      await assert.rejects(client.callTool({ name: 'no_such_tool', arguments: {} }), (err) => {
+        assert.ok(err instanceof typesMod.McpError, `got ${err?.constructor?.name}: ${err}`)
+        assert.equal(err.code, typesMod.ErrorCode.InvalidParams)
+        assert.match(err.message, /no_such_tool/)
+        return true
+      })
+      const still = await client.callTool({ name: 'workspace_exec', arguments: { command: 'echo still here' } })
+      assert.equal(still.structuredContent.stdout, 'still here\n')
+    })
+
+    test('progress notifications arrive during a ~3 s command (onprogress)', async () => {
+      const seen = []
+      const result = await client.callTool(
+        { name: 'workspace_exec', arguments: { command: 'sleep 3; echo done' } },
+        undefined,
+        { onprogress: (p) => seen.push(p), timeout: 120_000 })
+      assert.notEqual(result.isError, true, JSON.stringify(result))
+      assert.equal(result.structuredContent.stdout, 'done\n')
+      assert.ok(seen.length >= 1, 'at least one progress notification')
+      for (let i = 1; i < seen.length; i++) {
+        assert.ok(seen[i].progress > seen[i - 1].progress, `progress must increase: ${JSON.stringify(seen)}`)
+      }
+    })
+
+    // stdio has no sessions; this one exists only for HTTP (no skip under CI).
+    if (t.name === 'stdio') return
+
+    test('terminateSession (DELETE) ends a session, and its id is then refused with 404', async () => {
+      const c = new clientMod.Client(clientInfo)
+      const tr = new httpMod.StreamableHTTPClientTransport(new URL(conn.url))
+      await within(c.connect(tr), 'a second HTTP session')
+      const id = tr.sessionId
+      const r = await c.callTool({ name: 'workspace_exec', arguments: { command: 'echo second session' } })
+      assert.equal(r.structuredContent.stdout, 'second session\n')
+      await tr.terminateSession()
+      assert.equal(tr.sessionId, undefined)
+      await c.close()
+
+      // Reusing the ended id: the server must answer 404 (the client should then re-initialize).
+      const stale = new clientMod.Client(clientInfo)
+      const staleTransport = new httpMod.StreamableHTTPClientTransport(new URL(conn.url), { sessionId: id })
+      await stale.connect(staleTransport) // with a session id the SDK skips initialize
+      await assert.rejects(stale.listTools(), (err) => {
+        assert.ok(err instanceof httpMod.StreamableHTTPError, `got ${err?.constructor?.name}: ${err}`)
+        assert.equal(err.code, 404)
+        return true
+      })
+      await stale.close()
+    })
+  })
+}
