@@ -738,7 +738,8 @@ func (m *Manager) pause(ws *workspace, f *flight, _ uint64) error {
 }
 
 // Pause pauses key's sandbox now (as the idle timer would). It waits for any
-// transition in flight but not for operations holding leases.
+// transition in flight; a sandbox with operations holding leases is left
+// running (the idle timer pauses it once they are done).
 func (m *Manager) Pause(ctx context.Context, key string) error {
 	m.mu.Lock()
 	ws := m.workspaces[key]
@@ -763,6 +764,13 @@ func (m *Manager) Pause(ctx context.Context, key string) error {
 			ws.mu.Unlock()
 			return nil
 		}
+		if ws.active > 0 {
+			// In use (say, by a stateless HTTP client while a session of
+			// the same workspace ends): never freeze a running call. The
+			// idle timer pauses it after the last lease is released.
+			ws.mu.Unlock()
+			return nil
+		}
 		f := m.startFlight(ws, m.pause)
 		ws.mu.Unlock()
 		select {
@@ -783,13 +791,35 @@ func (m *Manager) Reset(ctx context.Context, key string, named bool) (int64, err
 	}
 	ws.mu.Lock()
 	ws.epoch++ // any transition in flight now discards its result
+	loaded := ws.loaded
 	ws.loaded = true
 	old := ws.sb
 	gen := ws.gen
 	ws.lost = nil
 	f := m.startFlight(ws, func(ws *workspace, f *flight, epoch uint64) error {
+		oldID := ""
 		if old != nil {
-			m.killQuietly(old.ID)
+			oldID = old.ID
+		}
+		if !loaded {
+			// A workspace this process has not used yet may have a sandbox
+			// recorded by an earlier run: reset that one, and continue its
+			// generations.
+			ctx, cancel := m.callCtx()
+			rec, ok, err := m.store.Get(ctx, ws.key)
+			cancel()
+			if err != nil {
+				return fmt.Errorf("workspace %q: reading the store: %w", ws.key, err)
+			}
+			if ok {
+				gen = max(gen, rec.Generation)
+				if rec.Provider == m.opts.Provider.Name() && rec.SandboxID != "" {
+					oldID = rec.SandboxID
+				}
+			}
+		}
+		if oldID != "" {
+			m.killQuietly(oldID)
 		}
 		ws.mu.Lock()
 		ws.sb, ws.state = nil, ""

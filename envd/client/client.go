@@ -57,8 +57,9 @@ type Client struct {
 	files     filesystemconnect.FilesystemClient
 	opts      options
 
-	versionOnce sync.Once
-	version     string
+	versionMu    sync.Mutex
+	version      string // learned from /health ("" when the daemon does not say)
+	versionKnown bool
 }
 
 type options struct {
@@ -299,19 +300,17 @@ func (c *Client) Version(ctx context.Context) (string, error) {
 	if c.opts.envdVersion != "" {
 		return c.opts.envdVersion, nil
 	}
-	var err error
-	c.versionOnce.Do(func() {
-		var v string
-		v, err = c.health(ctx)
-		if err == nil {
-			c.version = v
-		}
-	})
+	c.versionMu.Lock()
+	defer c.versionMu.Unlock()
+	if c.versionKnown {
+		return c.version, nil
+	}
+	v, err := c.health(ctx)
 	if err != nil {
-		c.versionOnce = sync.Once{}
 		return "", err
 	}
-	return c.version, nil
+	c.version, c.versionKnown = v, true
+	return v, nil
 }
 
 // atLeast reports whether version v (like "0.5.2" or "v0.5.2") is at least

@@ -1,0 +1,485 @@
+package tools
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"reflect"
+	"strconv"
+	"strings"
+
+	"connectrpc.com/connect"
+	"github.com/invopop/jsonschema"
+	"github.com/mark3labs/mcp-go/mcp"
+	"github.com/mark3labs/mcp-go/server"
+	validator "github.com/santhosh-tekuri/jsonschema/v6"
+	"golang.org/x/text/language"
+	"golang.org/x/text/message"
+
+	"github.com/sandbox-mcp/sandbox-mcp/manage"
+)
+
+// Annotations are a tool's behaviour hints. All four are always sent.
+type Annotations struct {
+	ReadOnly    bool
+	Destructive bool
+	Idempotent  bool
+	OpenWorld   bool
+}
+
+// Meta is embedded in every tool's output: the notices that also lead the
+// text content.
+type Meta struct {
+	Notices []string `json:"notices,omitempty" jsonschema_description:"Things the agent must know about this result (a recreated or resumed sandbox, a clamped timeout, truncated output, no isolation). Also printed first in the text, prefixed NOTICE:."`
+}
+
+func (m *Meta) setNotices(n []string) { m.Notices = n }
+
+type noticeSetter interface{ setNotices([]string) }
+
+// spec declares one tool: its identity, annotations and typed behaviour.
+type spec[In, Out any] struct {
+	name        string
+	title       string
+	description string
+	toolset     string
+	annotations Annotations
+	// run does the work. It returns the output, or an error: *InputError
+	// and the manage and envd errors become isError results the model can
+	// act on; anything else is logged and summarised.
+	run func(ctx context.Context, c *Call, in *In) (*Out, error)
+	// content optionally adds content blocks after the JSON (images).
+	content func(out *Out) []mcp.Content
+}
+
+// reflector builds the schemas: inline (no $defs), closed objects, and
+// required only where a field says so.
+func reflector() *jsonschema.Reflector {
+	return &jsonschema.Reflector{
+		DoNotReference:             true,
+		ExpandedStruct:             true,
+		AllowAdditionalProperties:  false,
+		RequiredFromJSONSchemaTags: true,
+		Anonymous:                  true,
+	}
+}
+
+// schemaOf returns the JSON schema of T as raw JSON, without $schema and $id
+// (MCP's default dialect is 2020-12, which is what invopop produces).
+func schemaOf[T any]() json.RawMessage {
+	var zero T
+	s := reflector().Reflect(&zero)
+	s.Version = ""
+	s.ID = ""
+	raw, err := json.Marshal(s)
+	if err != nil {
+		panic(fmt.Sprintf("tools: schema of %T: %v", zero, err))
+	}
+	return raw
+}
+
+// define builds the Tool for s.
+func define[In, Out any](d *Deps, s spec[In, Out]) Tool {
+	tool := mcp.NewToolWithRawSchema(s.name, s.description, schemaOf[In]())
+	tool.RawOutputSchema = schemaOf[Out]()
+	tool.Title = s.title
+	tool.Annotations = mcp.ToolAnnotation{
+		Title:           s.title,
+		ReadOnlyHint:    mcp.ToBoolPtr(s.annotations.ReadOnly),
+		DestructiveHint: mcp.ToBoolPtr(s.annotations.Destructive),
+		IdempotentHint:  mcp.ToBoolPtr(s.annotations.Idempotent),
+		OpenWorldHint:   mcp.ToBoolPtr(s.annotations.OpenWorld),
+	}
+	validate := compileValidator(s.name, tool.RawInputSchema)
+	handler := func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		c := &Call{d: d, req: req, ws: WorkspaceFrom(ctx), tool: s.name}
+		defer c.release()
+		raw, err := argsJSON(req.Params.Arguments)
+		if err != nil {
+			return c.errorResult(err), nil
+		}
+		if err := validate(raw); err != nil {
+			return c.errorResult(err), nil
+		}
+		in := new(In)
+		if err := decodeArgs(raw, in); err != nil {
+			return c.errorResult(err), nil
+		}
+		out, err := s.run(ctx, c, in)
+		if err != nil {
+			return c.errorResult(err), nil
+		}
+		var extra []mcp.Content
+		if s.content != nil {
+			extra = s.content(out)
+		}
+		return c.result(out, extra), nil
+	}
+	return Tool{Toolset: s.toolset, Def: tool, Handler: handler}
+}
+
+// InputError is a bad argument: the model should fix the call.
+type InputError struct {
+	Field string // the argument, e.g. "timeout_sec" or "files[2].path"
+	Msg   string
+}
+
+func (e *InputError) Error() string {
+	if e.Field == "" {
+		return "invalid arguments: " + e.Msg
+	}
+	return fmt.Sprintf("invalid argument %s: %s", e.Field, e.Msg)
+}
+
+func inputErr(field, format string, args ...any) error {
+	return &InputError{Field: field, Msg: fmt.Sprintf(format, args...)}
+}
+
+// compileValidator compiles a tool's input schema once and returns a check
+// whose errors name each failing argument in words a model can act on
+// ("invalid argument timeout_sec: got number, want integer"). A schema that
+// does not compile is a programming error caught at startup.
+func compileValidator(name string, schema json.RawMessage) func(raw []byte) error {
+	doc, err := validator.UnmarshalJSON(bytes.NewReader(schema))
+	if err != nil {
+		panic(fmt.Sprintf("tools: %s input schema: %v", name, err))
+	}
+	c := validator.NewCompiler()
+	url := "sandbox-mcp:/tools/" + name + "/input"
+	if err := c.AddResource(url, doc); err != nil {
+		panic(fmt.Sprintf("tools: %s input schema: %v", name, err))
+	}
+	compiled, err := c.Compile(url)
+	if err != nil {
+		panic(fmt.Sprintf("tools: %s input schema: %v", name, err))
+	}
+	return func(raw []byte) error {
+		inst, err := validator.UnmarshalJSON(bytes.NewReader(raw))
+		if err != nil {
+			return &InputError{Msg: "arguments are not JSON: " + err.Error()}
+		}
+		err = compiled.Validate(inst)
+		var ve *validator.ValidationError
+		if err == nil || !errors.As(err, &ve) {
+			return err
+		}
+		return validationInputError(ve)
+	}
+}
+
+var englishPrinter = message.NewPrinter(language.English)
+
+// validationInputError flattens a validation error to its leaves, each
+// named by the argument it concerns.
+func validationInputError(ve *validator.ValidationError) error {
+	var leaves []*validator.ValidationError
+	var walk func(e *validator.ValidationError)
+	walk = func(e *validator.ValidationError) {
+		if len(e.Causes) == 0 {
+			leaves = append(leaves, e)
+			return
+		}
+		for _, c := range e.Causes {
+			walk(c)
+		}
+	}
+	walk(ve)
+	var fields, msgs []string
+	for _, l := range leaves {
+		field := argumentPath(l.InstanceLocation)
+		msg := l.ErrorKind.LocalizedString(englishPrinter)
+		fields = append(fields, field)
+		msgs = append(msgs, field+": "+msg)
+	}
+	if len(leaves) == 1 {
+		field := fields[0]
+		msg := strings.TrimPrefix(msgs[0], field+": ")
+		if field == "arguments" {
+			field = ""
+		}
+		return &InputError{Field: field, Msg: msg}
+	}
+	return &InputError{Msg: strings.Join(msgs, "; ")}
+}
+
+// argumentPath renders a JSON pointer as files[2].path ("arguments" for the
+// root).
+func argumentPath(tokens []string) string {
+	if len(tokens) == 0 {
+		return "arguments"
+	}
+	var b strings.Builder
+	for i, t := range tokens {
+		if _, err := strconv.Atoi(t); err == nil && i > 0 {
+			fmt.Fprintf(&b, "[%s]", t)
+			continue
+		}
+		if i > 0 {
+			b.WriteByte('.')
+		}
+		b.WriteString(t)
+	}
+	return b.String()
+}
+
+// argsJSON returns the call's arguments as JSON ({} when absent).
+func argsJSON(args any) ([]byte, error) {
+	var raw []byte
+	switch a := args.(type) {
+	case nil:
+		return []byte("{}"), nil
+	case json.RawMessage:
+		raw = a
+	case []byte:
+		raw = a
+	default:
+		var err error
+		if raw, err = json.Marshal(a); err != nil {
+			return nil, &InputError{Msg: "arguments are not JSON: " + err.Error()}
+		}
+	}
+	if t := bytes.TrimSpace(raw); len(t) == 0 || string(t) == "null" {
+		return []byte("{}"), nil
+	}
+	return raw, nil
+}
+
+// decodeArgs decodes the call's arguments strictly into in. Schema
+// validation normally catches mistakes first; this is the backstop that names
+// the field.
+func decodeArgs(args any, in any) error {
+	var raw []byte
+	switch a := args.(type) {
+	case []byte:
+		raw = a
+	default:
+		var err error
+		if raw, err = argsJSON(args); err != nil {
+			return err
+		}
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(in); err != nil {
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) {
+			field := te.Field
+			if field == "" {
+				field = "arguments"
+			}
+			return &InputError{Field: field, Msg: fmt.Sprintf("expected %s, got JSON %s", typeName(te.Type), te.Value)}
+		}
+		msg := err.Error()
+		if f, ok := strings.CutPrefix(msg, "json: unknown field "); ok {
+			return &InputError{Field: strings.Trim(f, `"`), Msg: "is not an argument of this tool"}
+		}
+		return &InputError{Msg: msg}
+	}
+	return nil
+}
+
+func typeName(t reflect.Type) string {
+	switch t.Kind() {
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return "an integer"
+	case reflect.Float32, reflect.Float64:
+		return "a number"
+	case reflect.String:
+		return "a string"
+	case reflect.Bool:
+		return "a boolean"
+	case reflect.Slice, reflect.Array:
+		return "an array"
+	case reflect.Map, reflect.Struct:
+		return "an object"
+	case reflect.Pointer:
+		return typeName(t.Elem())
+	}
+	return t.String()
+}
+
+// Call is the state of one tool call: the workspace lease once acquired and
+// the notices gathered for the result.
+type Call struct {
+	d       *Deps
+	req     mcp.CallToolRequest
+	ws      Workspace
+	tool    string
+	lease   *manage.Lease
+	notices []string
+}
+
+// Notice adds a sentence the agent must see.
+func (c *Call) Notice(format string, args ...any) {
+	c.notices = append(c.notices, fmt.Sprintf(format, args...))
+}
+
+// Sandbox acquires the workspace's sandbox (once per call), turning the
+// lifecycle events that happened since the last call into notices.
+func (c *Call) Sandbox(ctx context.Context) (*manage.Lease, error) {
+	if c.lease != nil {
+		return c.lease, nil
+	}
+	l, err := c.d.Manager.Acquire(ctx, c.ws.Key, c.ws.Named)
+	if err != nil {
+		return nil, err
+	}
+	c.lease = l
+	for _, ev := range l.Events {
+		if n := eventNotice(ev); n != "" {
+			c.notices = append(c.notices, n)
+		}
+	}
+	return l, nil
+}
+
+// Check turns an envd error from an operation under the lease into a
+// *manage.LostError when the sandbox turned out to be lost.
+func (c *Call) Check(err error) error {
+	if err == nil || c.lease == nil {
+		return err
+	}
+	return c.lease.Check(err)
+}
+
+func (c *Call) release() {
+	if c.lease != nil {
+		c.lease.Release()
+	}
+}
+
+// result renders a successful output: notices first (text), then the JSON
+// (text), then extra content; structuredContent is the same JSON.
+func (c *Call) result(out any, extra []mcp.Content) *mcp.CallToolResult {
+	if ns, ok := out.(noticeSetter); ok && len(c.notices) > 0 {
+		ns.setNotices(c.notices)
+	}
+	raw, err := json.Marshal(out)
+	if err != nil {
+		c.d.Logger.Error("tool output does not marshal", "tool", c.tool, "err", err)
+		return mcp.NewToolResultError("internal error: the result could not be encoded (logged on the server)")
+	}
+	content := make([]mcp.Content, 0, 2+len(extra))
+	if len(c.notices) > 0 {
+		content = append(content, mcp.NewTextContent(noticeText(c.notices)))
+	}
+	content = append(content, mcp.NewTextContent(string(raw)))
+	content = append(content, extra...)
+	return &mcp.CallToolResult{Content: content, StructuredContent: json.RawMessage(raw)}
+}
+
+// errorResult renders err as an isError result the model can act on.
+func (c *Call) errorResult(err error) *mcp.CallToolResult {
+	msg := c.describeError(err)
+	text := msg
+	if len(c.notices) > 0 {
+		text = noticeText(c.notices) + "\n\n" + msg
+	}
+	return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{mcp.NewTextContent(text)}}
+}
+
+// describeError is the one place that maps error codes to text for the model.
+func (c *Call) describeError(err error) string {
+	var ie *InputError
+	var se *manage.StaleError
+	if errors.As(err, &ie) {
+		return ie.Error() + "."
+	}
+	if le, ok := manage.IsLost(err); ok {
+		c.notices = append([]string{lostNotice(le)}, c.notices...)
+		if le.NotRun {
+			return fmt.Sprintf("%s was not run because the sandbox was lost. Nothing was executed; check the new sandbox, then retry if appropriate.", c.tool)
+		}
+		return fmt.Sprintf("%s failed because the sandbox was lost while it ran: %s", c.tool, rootCause(le.Cause))
+	}
+	if errors.As(err, &se) {
+		return se.Error() + ". Start the process again if you still need it."
+	}
+	if errors.Is(err, context.Canceled) {
+		return "The call was cancelled."
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		return "The call ran out of time."
+	}
+	var ce *connect.Error
+	if errors.As(err, &ce) {
+		switch ce.Code() {
+		case connect.CodeNotFound:
+			return "Not found: " + ce.Message() + "."
+		case connect.CodeInvalidArgument:
+			return "Invalid request: " + ce.Message() + "."
+		case connect.CodePermissionDenied:
+			return "Refused: " + ce.Message() + "."
+		case connect.CodeAlreadyExists:
+			return "Already exists: " + ce.Message() + "."
+		case connect.CodeResourceExhausted:
+			return "Out of resources in the sandbox: " + ce.Message() + "."
+		case connect.CodeFailedPrecondition:
+			return "Cannot do that now: " + ce.Message() + "."
+		case connect.CodeUnimplemented:
+			return "Not supported by this sandbox: " + ce.Message() + "."
+		case connect.CodeUnavailable:
+			return "The sandbox is not reachable right now: " + ce.Message() + ". Try again; if it persists, call workspace_info or workspace_reset."
+		case connect.CodeDeadlineExceeded:
+			return "Timed out: " + ce.Message() + "."
+		case connect.CodeCanceled:
+			return "The call was cancelled."
+		}
+	}
+	c.d.Logger.Error("tool call failed", "tool", c.tool, "workspace", c.ws.Key, "err", err)
+	return fmt.Sprintf("%s failed: %s", c.tool, rootCause(err))
+}
+
+// rootCause shortens an error chain to a sentence for the model.
+func rootCause(err error) string {
+	if err == nil {
+		return "unknown error"
+	}
+	var ce *connect.Error
+	if errors.As(err, &ce) {
+		return ce.Message()
+	}
+	return err.Error()
+}
+
+func noticeText(notices []string) string {
+	var b strings.Builder
+	for i, n := range notices {
+		if i > 0 {
+			b.WriteByte('\n')
+		}
+		b.WriteString("NOTICE: ")
+		b.WriteString(n)
+	}
+	return b.String()
+}
+
+// progressToken returns the call's progress token, or nil.
+func (c *Call) progressToken() mcp.ProgressToken {
+	if c.req.Params.Meta == nil {
+		return nil
+	}
+	return c.req.Params.Meta.ProgressToken
+}
+
+// sendProgress sends notifications/progress when the client asked for it.
+func (c *Call) sendProgress(ctx context.Context, progress float64, message string) {
+	tok := c.progressToken()
+	if tok == nil {
+		return
+	}
+	s := server.ServerFromContext(ctx)
+	if s == nil {
+		return
+	}
+	params := map[string]any{"progressToken": tok, "progress": progress}
+	if message != "" {
+		params["message"] = message
+	}
+	if err := s.SendNotificationToClient(ctx, string(mcp.MethodNotificationProgress), params); err != nil {
+		c.d.Logger.Debug("progress notification not sent", "tool", c.tool, "err", err)
+	}
+}

@@ -1,0 +1,472 @@
+package tools
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"path"
+	"strings"
+	"sync"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/sandbox-mcp/sandbox-mcp/envd/client"
+	"github.com/sandbox-mcp/sandbox-mcp/manage"
+)
+
+// Process tags mark what the tools started, so process_list can tell them
+// from everything else envd runs: "smcp:bg:<run_id>:<random>" for a
+// background process, "smcp:fg:<run_id>:<random>" for a foreground run. The
+// random part keeps tags unique across server restarts (the client kills an
+// abandoned run by tag before its pid is known).
+const (
+	tagPrefix  = "smcp:"
+	tagFg      = "fg"
+	tagBg      = "bg"
+	stdinFrame = 32 << 10 // stdin frames, as envd reads them
+)
+
+func newProcessTag(kind, runID string) string {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return tagPrefix + kind + ":" + runID + ":" + hex.EncodeToString(b[:])
+}
+
+// parseProcessTag returns the kind and run id of a tag the tools made.
+func parseProcessTag(tag string) (kind, runID string, ok bool) {
+	rest, ok := strings.CutPrefix(tag, tagPrefix)
+	if !ok {
+		return "", "", false
+	}
+	parts := strings.Split(rest, ":")
+	if len(parts) != 3 || (parts[0] != tagFg && parts[0] != tagBg) {
+		return "", "", false
+	}
+	if ref, ok := parseHandle(parts[1]); !ok || ref.run == 0 {
+		return "", "", false
+	}
+	return parts[0], parts[1], true
+}
+
+// maxTimeoutSec is the largest timeout_sec taken (then clamped to the
+// server's ceiling): anything longer is a mistake, reported as one.
+const maxTimeoutSec = 366 * 24 * 3600
+
+// maxShellCache bounds shellCache; past it the cache starts over (a probe per
+// sandbox is cheap, an unbounded map in a long-lived server is not).
+const maxShellCache = 4096
+
+// shellCache remembers, per sandbox id, which shell runs command strings:
+// bash (as a login shell, so profiles set PATH as a user expects) where the
+// sandbox has it, else sh. It is safe for concurrent use; the zero value is
+// ready.
+type shellCache struct {
+	mu     sync.Mutex
+	shells map[string]string
+}
+
+// shellFor returns the shell of the lease's sandbox, detecting it on first
+// use: a Stat of /bin/bash, and, when that is refused (a daemon confined to
+// the workspace cannot stat system files), a probe that runs bash.
+func (s *shellCache) shellFor(ctx context.Context, c *Call, l *manage.Lease) (string, error) {
+	s.mu.Lock()
+	sh, ok := s.shells[l.Sandbox.ID]
+	s.mu.Unlock()
+	if ok {
+		return sh, nil
+	}
+	sh, err := detectShell(ctx, l.Client)
+	if err != nil {
+		return "", c.Check(err)
+	}
+	s.mu.Lock()
+	if s.shells == nil || len(s.shells) >= maxShellCache {
+		s.shells = map[string]string{}
+	}
+	s.shells[l.Sandbox.ID] = sh
+	s.mu.Unlock()
+	return sh, nil
+}
+
+func detectShell(ctx context.Context, cli *client.Client) (string, error) {
+	e, err := cli.Stat(ctx, "/bin/bash")
+	switch {
+	case err == nil && e.Type != client.TypeDir:
+		return "/bin/bash", nil
+	case client.IsNotFound(err):
+		return "/bin/sh", nil
+	case err != nil && client.IsPossibleLoss(err):
+		return "", err
+	}
+	res, err := cli.Run(ctx, client.Command{Cmd: "bash", Args: []string{"-c", ":"}, Timeout: 30 * time.Second},
+		client.RunOptions{StdoutLimit: -1, StderrLimit: -1})
+	switch {
+	case client.IsNotFound(err):
+		return "/bin/sh", nil
+	case err != nil:
+		return "", err
+	case res.ExitCode != 0:
+		return "/bin/sh", nil
+	}
+	return "bash", nil
+}
+
+// execInput is workspace_exec's arguments.
+type execInput struct {
+	Command    string            `json:"command,omitempty" jsonschema_description:"A shell command line, run with bash -lc (or sh -c where the sandbox has no bash). Pipes, redirections, && and globs work. Give either command or argv, not both."`
+	Argv       []string          `json:"argv,omitempty" jsonschema:"minItems=1" jsonschema_description:"The program and its arguments, run directly without a shell (no quoting needed). argv[0] is looked up in PATH. Give either command or argv, not both."`
+	Cwd        string            `json:"cwd,omitempty" jsonschema_description:"Working directory, relative to the workspace root. Default: the workspace root. It must exist."`
+	Env        map[string]string `json:"env,omitempty" jsonschema_description:"Extra environment variables for this command only, as NAME: value pairs."`
+	Stdin      *string           `json:"stdin,omitempty" jsonschema_description:"Text written to the command's standard input; the input is then closed (EOF). Without it the command reads nothing. For a background process the text is written and stdin stays open for process_input."`
+	TimeoutSec *int64            `json:"timeout_sec,omitempty" jsonschema:"minimum=1,maximum=31622400" jsonschema_description:"Seconds before the command is killed (integer, at least 1). Default: the server's default timeout; values above the server's ceiling are lowered to it and the result says so. For a background process it is an optional kill deadline (none by default)."`
+	Background bool              `json:"background,omitempty" jsonschema_description:"Start the command and return at once with a process handle instead of waiting. Its stdout and stderr go to one log; follow it with process_output, feed it with process_input, stop it with process_signal."`
+}
+
+// fullOutput names the log files a run wrote, relative to the workspace.
+type fullOutput struct {
+	Stdout string `json:"stdout,omitempty" jsonschema_description:"Log with the complete standard output (present when there was any and it was saved). Read it with read_files using offset/limit."`
+	Stderr string `json:"stderr,omitempty" jsonschema_description:"Log with the complete standard error (present when there was any and it was saved)."`
+	Output string `json:"output,omitempty" jsonschema_description:"Background process only: the log that receives its stdout and stderr interleaved; process_output reads it."`
+}
+
+// execOutput is workspace_exec's result.
+type execOutput struct {
+	Meta
+	RunID            string      `json:"run_id" jsonschema:"required" jsonschema_description:"This run's id (g<generation>-r<n>); its logs live under .sandbox-mcp/runs/<run_id>/."`
+	ExitCode         *int        `json:"exit_code,omitempty" jsonschema_description:"Exit status of a finished command. Non-zero is a normal result, not a tool error; a death by signal is 128 + the signal number (137 for KILL)."`
+	Signal           string      `json:"signal,omitempty" jsonschema_description:"The signal that ended the command, when one did (killed, terminated, …)."`
+	TimedOut         bool        `json:"timed_out" jsonschema_description:"True when the command was killed because it reached its timeout."`
+	Stdout           *string     `json:"stdout,omitempty" jsonschema_description:"Standard output, inline: all of it, or the first and last part around a marker line that says how many bytes were cut and where the full log is."`
+	Stderr           *string     `json:"stderr,omitempty" jsonschema_description:"Standard error, inline, like stdout."`
+	StdoutTruncated  bool        `json:"stdout_truncated" jsonschema_description:"True when stdout was longer than the inline limit and its middle was cut."`
+	StderrTruncated  bool        `json:"stderr_truncated" jsonschema_description:"True when stderr was longer than the inline limit and its middle was cut."`
+	StdoutTotalBytes *int64      `json:"stdout_total_bytes,omitempty" jsonschema_description:"Exact size of the whole stdout in bytes."`
+	StderrTotalBytes *int64      `json:"stderr_total_bytes,omitempty" jsonschema_description:"Exact size of the whole stderr in bytes."`
+	StdoutInvalid    bool        `json:"stdout_invalid_utf8,omitempty" jsonschema_description:"True when stdout had bytes that are not UTF-8; they are shown as U+FFFD and the log keeps the exact bytes."`
+	StderrInvalid    bool        `json:"stderr_invalid_utf8,omitempty" jsonschema_description:"True when stderr had bytes that are not UTF-8; they are shown as U+FFFD and the log keeps the exact bytes."`
+	DurationMs       int64       `json:"duration_ms" jsonschema_description:"Wall time of the command in milliseconds (for a background start: the time to start it)."`
+	FullOutput       *fullOutput `json:"full_output,omitempty" jsonschema_description:"Workspace-relative paths of the log files holding the complete output; only logs that were written are listed."`
+	Process          string      `json:"process,omitempty" jsonschema_description:"Background only: the process handle (g<generation>-p<pid>) for process_output, process_input, process_signal."`
+	Pid              uint32      `json:"pid,omitempty" jsonschema_description:"Background only: the process id inside the sandbox."`
+	TimeoutSec       int64       `json:"timeout_sec,omitempty" jsonschema_description:"The timeout in effect, in seconds, after clamping (absent for a background process without a deadline)."`
+	TimeoutClamped   bool        `json:"timeout_clamped" jsonschema_description:"True when the timeout_sec asked for was above the server's ceiling and was lowered to it."`
+}
+
+// WorkspaceExec is the workspace_exec tool: it runs a command in the
+// workspace and waits for it (or starts it in the background).
+func WorkspaceExec(d *Deps) Tool {
+	return define(d, spec[execInput, execOutput]{
+		name:  "workspace_exec",
+		title: "Run a command in the workspace",
+		description: "Run a shell command (bash -lc) or an argv in the sandbox's workspace and wait for it; returns exit_code, stdout, stderr and timing. " +
+			"A non-zero exit code is a normal result, not a failure of the tool. Each stream is shown inline up to the server's limit (first and last part, with a marker) and saved whole in a log under .sandbox-mcp/runs/ that read_files can page through. " +
+			"Commands are killed at timeout_sec (the server clamps it to its ceiling). For servers, watchers or anything long, set background: true and follow the process with process_output.",
+		toolset: ToolsetExec,
+		annotations: Annotations{
+			ReadOnly:    false,
+			Destructive: true, // an arbitrary command can delete or overwrite anything in the sandbox
+			Idempotent:  false,
+			OpenWorld:   d.Config.Network,
+		},
+		run: func(ctx context.Context, c *Call, in *execInput) (*execOutput, error) {
+			return runExec(ctx, d, c, in)
+		},
+	})
+}
+
+// execPlan is a checked workspace_exec request.
+type execPlan struct {
+	in       *execInput
+	timeout  time.Duration // 0: none (background without timeout_sec)
+	asked    time.Duration
+	clamped  bool
+	describe string // the command as process_list shows it
+}
+
+// checkExec validates the arguments that need no sandbox, so a bad call
+// fails before one is created.
+func checkExec(d *Deps, in *execInput) (*execPlan, error) {
+	p := &execPlan{in: in}
+	switch {
+	case in.Command != "" && len(in.Argv) > 0:
+		return nil, inputErr("command", "give either command (a shell string) or argv (an array), not both")
+	case in.Command == "" && in.Argv == nil:
+		return nil, inputErr("command", "missing: give command (a shell string) or argv (an array)")
+	case in.Command == "" && len(in.Argv) == 0:
+		return nil, inputErr("argv", "is empty: give the program and its arguments, like [\"ls\", \"-l\"]")
+	}
+	if strings.TrimSpace(in.Command) == "" && in.Command != "" {
+		return nil, inputErr("command", "is blank")
+	}
+	if strings.IndexByte(in.Command, 0) >= 0 {
+		return nil, inputErr("command", "contains a NUL byte")
+	}
+	if len(in.Argv) > 0 && in.Argv[0] == "" {
+		return nil, inputErr("argv[0]", "is empty: it must name the program to run")
+	}
+	for i, a := range in.Argv {
+		if strings.IndexByte(a, 0) >= 0 {
+			return nil, inputErr(fmt.Sprintf("argv[%d]", i), "contains a NUL byte")
+		}
+	}
+	for k, v := range in.Env {
+		if k == "" || strings.ContainsAny(k, "=\x00") {
+			return nil, inputErr("env", "variable name %q is invalid (it must be non-empty and contain neither = nor NUL)", k)
+		}
+		if strings.IndexByte(v, 0) >= 0 {
+			return nil, inputErr("env."+k, "value contains a NUL byte")
+		}
+	}
+	switch {
+	case in.TimeoutSec != nil && *in.TimeoutSec < 1:
+		return nil, inputErr("timeout_sec", "must be a whole number of seconds, at least 1 (got %d); omit it for the default of %d s", *in.TimeoutSec, int64(d.Config.DefaultTimeout/time.Second))
+	case in.TimeoutSec != nil && *in.TimeoutSec > maxTimeoutSec:
+		return nil, inputErr("timeout_sec", "%d s is more than a year, which cannot be meant; the server's ceiling is %d s (use background: true for long work)", *in.TimeoutSec, int64(d.Config.MaxTimeout/time.Second))
+	case in.TimeoutSec != nil:
+		p.timeout = time.Duration(*in.TimeoutSec) * time.Second
+		if p.timeout > d.Config.MaxTimeout {
+			p.asked, p.timeout, p.clamped = p.timeout, d.Config.MaxTimeout, true
+		}
+	case !in.Background:
+		p.timeout = d.Config.DefaultTimeout
+	}
+	if in.Command != "" {
+		p.describe = in.Command
+	} else {
+		p.describe = shellQuoteArgs(in.Argv)
+	}
+	return p, nil
+}
+
+// shellQuoteArgs renders argv as a shell would need it, for display.
+func shellQuoteArgs(argv []string) string {
+	parts := make([]string, len(argv))
+	for i, a := range argv {
+		if a != "" && strings.IndexFunc(a, func(r rune) bool {
+			return !(r == '-' || r == '_' || r == '.' || r == '/' || r == '=' || r == ':' || r == ',' || r == '+' || r == '@' ||
+				r >= '0' && r <= '9' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z')
+		}) < 0 {
+			parts[i] = a
+			continue
+		}
+		parts[i] = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
+	}
+	return strings.Join(parts, " ")
+}
+
+func runExec(ctx context.Context, d *Deps, c *Call, in *execInput) (*execOutput, error) {
+	plan, err := checkExec(d, in)
+	if err != nil {
+		return nil, err
+	}
+	lease, err := c.Sandbox(ctx)
+	if err != nil {
+		return nil, err
+	}
+	r := newPathResolver(lease.Sandbox.Workdir, lease.Client)
+	cwd := r.root
+	if in.Cwd != "" {
+		if cwd, err = r.resolve(ctx, "cwd", in.Cwd); err != nil {
+			return nil, c.Check(err)
+		}
+		e, err := lease.Client.Stat(ctx, cwd)
+		switch {
+		case client.IsNotFound(err):
+			return nil, inputErr("cwd", "directory %q does not exist in the workspace", in.Cwd)
+		case err != nil:
+			return nil, c.Check(err)
+		case e.Type == client.TypeSymlink:
+			// resolve checked that it stays inside; envd follows it.
+		case e.Type != client.TypeDir:
+			return nil, inputErr("cwd", "%q is a %s, not a directory", in.Cwd, e.Type)
+		}
+	}
+	cmd := client.Command{Env: in.Env, Cwd: cwd, Timeout: plan.timeout}
+	if in.Command != "" {
+		sh, err := d.shell.shellFor(ctx, c, lease)
+		if err != nil {
+			return nil, err
+		}
+		cmd.Cmd, cmd.Args = sh, []string{"-c", in.Command}
+		if path.Base(sh) == "bash" {
+			cmd.Args = []string{"-lc", in.Command}
+		}
+	} else {
+		cmd.Cmd, cmd.Args = in.Argv[0], in.Argv[1:]
+	}
+	out := &execOutput{}
+	if plan.timeout > 0 {
+		out.TimeoutSec = int64(plan.timeout / time.Second)
+	}
+	if plan.clamped {
+		out.TimeoutClamped = true
+		c.Notice("%s", clampNotice(plan.asked, d.Config.MaxTimeout))
+	}
+	if in.Background {
+		return startBackground(ctx, d, c, lease, r, cmd, plan, out)
+	}
+	return runForeground(ctx, d, c, lease, r, cmd, plan, out)
+}
+
+// runForeground runs cmd, streaming each output stream into its log while
+// keeping only head and tail in memory, and shapes the result.
+func runForeground(ctx context.Context, d *Deps, c *Call, lease *manage.Lease, r *pathResolver, cmd client.Command, plan *execPlan, out *execOutput) (*execOutput, error) {
+	claim := newRunClaim(d, c.ws.Key, lease.Generation, r.root, lease.Client)
+	cmd.Tag = newProcessTag(tagFg, claim.ID())
+	if plan.in.Stdin != nil {
+		cmd.Stdin = strings.NewReader(*plan.in.Stdin)
+	}
+	logs := [2]*streamLog{
+		newStreamLog(ctx, lease.Client, claim, stdoutLogName),
+		newStreamLog(ctx, lease.Client, claim, stderrLogName),
+	}
+	meter := &outputMeter{}
+	opts := client.RunOptions{
+		StdoutLimit: d.Config.OutputLimit,
+		StderrLimit: d.Config.OutputLimit,
+		Stdout:      meter.tee(0, logs[0]),
+		Stderr:      meter.tee(1, logs[1]),
+	}
+	var stopProgress func()
+	if c.progressToken() != nil {
+		stop, done := make(chan struct{}), make(chan struct{})
+		go func() {
+			defer close(done)
+			progressLoop(ctx, c, d.Config.ProgressInterval, meter, stop)
+		}()
+		stopProgress = func() { close(stop); <-done }
+	}
+	res, runErr := lease.Client.Run(ctx, cmd, opts)
+	if stopProgress != nil {
+		stopProgress()
+	}
+	var logPaths [2]string
+	var logErrs [2]error
+	for i, l := range logs {
+		logPaths[i], logErrs[i] = l.finish()
+	}
+	if runErr != nil {
+		return nil, c.Check(runErr)
+	}
+	out.RunID = claim.ID()
+	code := res.ExitCode
+	out.ExitCode = &code
+	out.Signal = res.Signal
+	out.TimedOut = res.TimedOut
+	out.DurationMs = res.Duration.Milliseconds()
+	streams := [2]struct {
+		name string
+		data client.Output
+	}{{"stdout", res.Stdout}, {"stderr", res.Stderr}}
+	full := &fullOutput{}
+	for i, s := range streams {
+		rel := ""
+		if logPaths[i] != "" {
+			rel = r.rel(logPaths[i])
+		}
+		if logErrs[i] != nil {
+			c.Notice("%s", logIncompleteNotice(s.name, logErrs[i]))
+		}
+		text := renderInline(s.data, s.name, rel)
+		total := s.data.Total
+		if text.Truncated {
+			c.Notice("%s", truncatedNotice(s.name, total, text.HeadBytes, text.TailBytes, rel))
+		}
+		if text.InvalidUTF8 {
+			c.Notice("%s", invalidUTF8Notice(s.name, rel))
+		}
+		if i == 0 {
+			out.Stdout, out.StdoutTruncated, out.StdoutTotalBytes, out.StdoutInvalid = &text.Text, text.Truncated, &total, text.InvalidUTF8
+			full.Stdout = rel
+		} else {
+			out.Stderr, out.StderrTruncated, out.StderrTotalBytes, out.StderrInvalid = &text.Text, text.Truncated, &total, text.InvalidUTF8
+			full.Stderr = rel
+		}
+	}
+	if full.Stdout != "" || full.Stderr != "" {
+		out.FullOutput = full
+	}
+	return out, nil
+}
+
+// backgroundScript runs the user's command with stdout and stderr appended
+// to the log ($1), after leaving a symlink named after the process handle
+// ($2 followed by the pid) that points at the run directory ($3). exec keeps
+// the pid, so the handle's pid is the user command's. The shell variables
+// are not exported: the command's environment is untouched.
+const backgroundScript = `ln -s "$3" "$2$$" 2>/dev/null; l=$1; shift 3; exec "$@" >>"$l" 2>&1`
+
+// startBackground starts cmd detached from the call, its output going to
+// one log, registers it, and returns its handle.
+func startBackground(ctx context.Context, d *Deps, c *Call, lease *manage.Lease, r *pathResolver, cmd client.Command, plan *execPlan, out *execOutput) (*execOutput, error) {
+	started := time.Now()
+	claim := newRunClaim(d, c.ws.Key, lease.Generation, r.root, lease.Client)
+	dir, err := claim.claim(ctx)
+	if err != nil {
+		return nil, c.Check(err)
+	}
+	runID := claim.ID()
+	logAbs := path.Join(dir, outputLogName)
+	linkPrefix := path.Join(r.root, runsDir, fmt.Sprintf("g%d-p", lease.Generation))
+	user := append([]string{cmd.Cmd}, cmd.Args...)
+	cmd.Cmd = "/bin/sh"
+	cmd.Args = append([]string{"-c", backgroundScript, "sh", logAbs, linkPrefix, runID}, user...)
+	cmd.Tag = newProcessTag(tagBg, runID)
+	h, err := lease.Client.Start(ctx, cmd, true, client.StartOptions{StdoutLimit: -1, StderrLimit: -1})
+	if err != nil {
+		return nil, c.Check(err)
+	}
+	e := &procEntry{
+		handle:    formatProcessHandle(lease.Generation, h.Pid()),
+		gen:       lease.Generation,
+		pid:       h.Pid(),
+		runID:     runID,
+		command:   plan.describe,
+		logAbs:    logAbs,
+		logRel:    r.rel(logAbs),
+		runDirAbs: dir,
+		startedAt: started,
+		timeout:   plan.timeout,
+		done:      make(chan struct{}),
+	}
+	d.procs.add(c.ws.Key, e, h, d.Manager.Generation)
+	if plan.in.Stdin != nil && *plan.in.Stdin != "" {
+		if err := sendInput(ctx, lease.Client, h.Pid(), []byte(*plan.in.Stdin)); err != nil {
+			if le, ok := manage.IsLost(c.Check(err)); ok {
+				return nil, le
+			}
+			c.Notice("The process started, but its stdin could not be written (%s); use process_input to try again.", rootCause(err))
+		}
+	}
+	out.RunID = runID
+	out.Process = e.handle
+	out.Pid = e.pid
+	out.DurationMs = time.Since(started).Milliseconds()
+	out.FullOutput = &fullOutput{Output: e.logRel}
+	return out, nil
+}
+
+// sendInput writes data to pid's stdin in frames of at most stdinFrame.
+func sendInput(ctx context.Context, cli *client.Client, pid uint32, data []byte) error {
+	for len(data) > 0 {
+		n := min(len(data), stdinFrame)
+		if err := cli.SendInput(ctx, client.ByPid(pid), data[:n], false); err != nil {
+			return err
+		}
+		data = data[n:]
+	}
+	return nil
+}
+
+// isStdinGone reports an envd error meaning the process's stdin no longer
+// takes input (closed, or the process ended).
+func isStdinGone(err error) bool {
+	if client.IsNotFound(err) {
+		return true
+	}
+	msg := err.Error()
+	return connect.CodeOf(err) == connect.CodeInternal &&
+		(strings.Contains(msg, "stdin") || strings.Contains(msg, "broken pipe") || strings.Contains(msg, "closed"))
+}

@@ -1,0 +1,484 @@
+package tools
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"path"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/sandbox-mcp/sandbox-mcp/envd/client"
+)
+
+// Where runs keep their logs, relative to the workspace root. Each run gets
+// runsDir/<run_id>/ with stdout.log and stderr.log (foreground) or
+// output.log (background); a background process also gets the symlink
+// runsDir/<process handle> → <run_id>, so its log can be found from the
+// handle alone after a server restart.
+const runsDir = ".sandbox-mcp/runs"
+
+// Log file names inside a run's directory.
+const (
+	stdoutLogName = "stdout.log"
+	stderrLogName = "stderr.log"
+	outputLogName = "output.log"
+)
+
+// lastLineCap bounds the "last line" a progress message quotes.
+const lastLineCap = 120
+
+// inlineText is one stream rendered for the model: the captured head and
+// tail as valid UTF-8, joined by a marker when bytes were cut.
+type inlineText struct {
+	Text string
+	// Truncated reports that bytes between head and tail were left out.
+	Truncated bool
+	// InvalidUTF8 reports that bytes which are not UTF-8 were shown as U+FFFD.
+	InvalidUTF8 bool
+	// Omitted is how many bytes the marker stands for.
+	Omitted int64
+	// HeadBytes and TailBytes are how many bytes of the stream the text
+	// shows before and after the marker (all in HeadBytes when not cut).
+	HeadBytes, TailBytes int64
+}
+
+// renderInline turns what the client captured of one stream into text for
+// the model. The head is cut back and the tail cut forward to rune
+// boundaries, so the cut never splits a character; the bytes dropped there
+// count as omitted. logRel is the workspace-relative log path ("" when the
+// full log could not be saved), quoted in the marker.
+func renderInline(o client.Output, stream, logRel string) inlineText {
+	if !o.Truncated {
+		text, bad := validText(o.Bytes())
+		return inlineText{Text: text, InvalidUTF8: bad, HeadBytes: o.Total}
+	}
+	head := trimIncompleteSuffix(o.Head)
+	tail := trimContinuationPrefix(o.Tail)
+	omitted := o.Total - int64(len(head)) - int64(len(tail))
+	headText, badHead := validText(head)
+	tailText, badTail := validText(tail)
+	var b strings.Builder
+	b.Grow(len(headText) + len(tailText) + 120)
+	b.WriteString(headText)
+	b.WriteString(omissionMarker(omitted, stream, logRel))
+	b.WriteString(tailText)
+	return inlineText{
+		Text:        b.String(),
+		Truncated:   true,
+		InvalidUTF8: badHead || badTail,
+		Omitted:     omitted,
+		HeadBytes:   int64(len(head)),
+		TailBytes:   int64(len(tail)),
+	}
+}
+
+// omissionMarker is the line that stands for the cut bytes.
+func omissionMarker(omitted int64, stream, logRel string) string {
+	if logRel == "" {
+		return fmt.Sprintf("\n… [%s bytes omitted; the full %s could not be saved] …\n", groupDigits(omitted), stream)
+	}
+	return fmt.Sprintf("\n… [%s bytes omitted; full %s in %s] …\n", groupDigits(omitted), stream, logRel)
+}
+
+// validText returns b as a string with each run of invalid UTF-8 replaced by
+// U+FFFD, and whether any replacement happened.
+func validText(b []byte) (string, bool) {
+	if utf8.Valid(b) {
+		return string(b), false
+	}
+	return strings.ToValidUTF8(string(b), "\uFFFD"), true
+}
+
+// trimIncompleteSuffix drops a rune cut short at the end of b (the start of
+// a multi-byte character whose remaining bytes were not captured). Bytes
+// that could never start a character are left for validText to replace.
+func trimIncompleteSuffix(b []byte) []byte {
+	for i := len(b) - 1; i >= 0 && i >= len(b)-utf8.UTFMax; i-- {
+		c := b[i]
+		if c < utf8.RuneSelf {
+			return b // ASCII: nothing cut
+		}
+		if utf8.RuneStart(c) {
+			if !utf8.FullRune(b[i:]) {
+				return b[:i]
+			}
+			return b
+		}
+	}
+	return b
+}
+
+// trimContinuationPrefix drops the continuation bytes at the start of b that
+// belong to a character whose first bytes were cut off (at most three).
+// Four or more in a row cannot be one character: they are left for
+// validText to replace.
+func trimContinuationPrefix(b []byte) []byte {
+	for i := 0; i < len(b) && i < utf8.UTFMax; i++ {
+		if utf8.RuneStart(b[i]) {
+			return b[i:]
+		}
+	}
+	return b
+}
+
+// cutAtRune returns how many bytes of b to hand out when b was cut at a
+// page boundary (more bytes follow in the file): the length without a
+// trailing incomplete character, unless that would leave nothing.
+func cutAtRune(b []byte) int {
+	n := len(trimIncompleteSuffix(b))
+	if n == 0 {
+		return len(b)
+	}
+	return n
+}
+
+// groupDigits writes n with a space between groups of three digits
+// ("10 485 760"), which a reader parses at a glance.
+func groupDigits(n int64) string {
+	s := strconv.FormatInt(n, 10)
+	neg := strings.HasPrefix(s, "-")
+	s = strings.TrimPrefix(s, "-")
+	var b strings.Builder
+	for i, r := range s {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			b.WriteByte(' ')
+		}
+		b.WriteRune(r)
+	}
+	if neg {
+		return "-" + b.String()
+	}
+	return b.String()
+}
+
+// humanBytes renders n for progress messages ("4.1 KiB").
+func humanBytes(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	f := float64(n)
+	for _, u := range []string{"KiB", "MiB", "GiB", "TiB"} {
+		f /= unit
+		if f < unit || u == "TiB" {
+			return fmt.Sprintf("%.1f %s", f, u)
+		}
+	}
+	return fmt.Sprintf("%d B", n)
+}
+
+// truncatedNotice tells the agent a stream was cut and how to read the rest.
+func truncatedNotice(stream string, total, head, tail int64, logRel string) string {
+	where := "the full output could not be saved (see the other notice)"
+	if logRel != "" {
+		where = fmt.Sprintf("read the rest with read_files on %s using offset/limit", logRel)
+	}
+	return fmt.Sprintf("%s was %s bytes; showing the first %s and the last %s bytes; %s.",
+		stream, groupDigits(total), groupDigits(head), groupDigits(tail), where)
+}
+
+// invalidUTF8Notice tells the agent bytes were replaced in a stream's text.
+func invalidUTF8Notice(stream, logRel string) string {
+	if logRel == "" {
+		return fmt.Sprintf("%s contained bytes that are not valid UTF-8 (binary output?); they are shown as U+FFFD.", stream)
+	}
+	return fmt.Sprintf("%s contained bytes that are not valid UTF-8 (binary output?); they are shown as U+FFFD. %s keeps the exact bytes (read_files with encoding base64).", stream, logRel)
+}
+
+// logIncompleteNotice says a stream's log file could not be written.
+func logIncompleteNotice(stream string, err error) string {
+	return fmt.Sprintf("The full %s could not be saved to the workspace (%s); only the inline part above is available. The command itself ran normally.", stream, rootCause(err))
+}
+
+// runClaim picks a run's directory in the sandbox the first time it is
+// needed. Run ids restart at 1 when the server restarts while the sandbox
+// lives on, so a directory that already exists is skipped: the counter is
+// moved past every run of this generation found there.
+type runClaim struct {
+	d    *Deps
+	key  string
+	gen  int64
+	root string // workspace root in the sandbox
+	cli  *client.Client
+
+	mu      sync.Mutex
+	id      string // the run id (tentative until claimed)
+	claimed bool
+	err     error
+}
+
+func newRunClaim(d *Deps, key string, gen int64, root string, cli *client.Client) *runClaim {
+	return &runClaim{d: d, key: key, gen: gen, root: root, cli: cli, id: formatRunID(gen, d.runs.next(key))}
+}
+
+// ID returns the run id: the claimed one, or the tentative one when no
+// directory was needed (a run without output).
+func (r *runClaim) ID() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.id
+}
+
+// dirAbs is the absolute run directory of run id.
+func (r *runClaim) dirAbs(id string) string { return path.Join(r.root, runsDir, id) }
+
+// claim creates the run's directory and returns it (absolute). It is safe
+// for concurrent use; only the first call talks to the sandbox.
+func (r *runClaim) claim(ctx context.Context) (string, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.claimed || r.err != nil {
+		return r.dirAbs(r.id), r.err
+	}
+	for attempt := 0; ; attempt++ {
+		created, err := r.cli.MakeDir(ctx, r.dirAbs(r.id))
+		if err != nil {
+			r.err = err
+			return "", err
+		}
+		if created {
+			r.claimed = true
+			return r.dirAbs(r.id), nil
+		}
+		if attempt >= 2 {
+			r.err = fmt.Errorf("run directories %s keep existing; cannot pick a fresh run id", r.dirAbs(r.id))
+			return "", r.err
+		}
+		// Left over from an earlier server process: skip past all of them.
+		highest, err := r.highestRun(ctx)
+		if err != nil {
+			r.err = err
+			return "", err
+		}
+		n := r.d.runs.next(r.key)
+		for n <= highest {
+			n = r.d.runs.next(r.key)
+		}
+		r.id = formatRunID(r.gen, n)
+	}
+}
+
+// highestRun returns the largest run number of this generation among the
+// existing run directories.
+func (r *runClaim) highestRun(ctx context.Context) (int64, error) {
+	entries, err := r.cli.ListDir(ctx, path.Join(r.root, runsDir), 1)
+	if err != nil {
+		return 0, err
+	}
+	var highest int64
+	for _, e := range entries {
+		ref, ok := parseHandle(e.Name)
+		if ok && ref.gen == r.gen && ref.run > highest {
+			highest = ref.run
+		}
+	}
+	return highest, nil
+}
+
+// streamLog writes one output stream into a log file in the sandbox while
+// the command runs: the bytes flow through a pipe into client.Upload, which
+// starts on the first byte (a silent stream writes no file). Memory is
+// bounded by the pipe, which holds nothing: a slow upload slows the reader.
+// A failing upload never fails the command; it is reported by done.
+//
+// Write is called from one goroutine (the client's event loop); close from
+// the same one after the run.
+type streamLog struct {
+	ctx   context.Context
+	cli   *client.Client
+	claim *runClaim
+	name  string // file name in the run directory
+
+	pw      *io.PipeWriter
+	uploadc chan error // receives Upload's result
+	abs     string     // the log's absolute path once started
+	failed  error      // why the log stopped receiving, if it did
+}
+
+// errUploadEnded is what a write sees when the upload returned early.
+var errUploadEnded = errors.New("the log upload ended before the output did")
+
+func cmpOr(errs ...error) error {
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func newStreamLog(ctx context.Context, cli *client.Client, claim *runClaim, name string) *streamLog {
+	return &streamLog{ctx: ctx, cli: cli, claim: claim, name: name}
+}
+
+// Write forwards p to the upload. It never reports an error to the caller:
+// the command's output must keep flowing whatever happens to its log.
+func (l *streamLog) Write(p []byte) (int, error) {
+	if l.failed != nil || len(p) == 0 {
+		return len(p), nil
+	}
+	if l.pw == nil {
+		dir, err := l.claim.claim(l.ctx)
+		if err != nil {
+			l.failed = err
+			return len(p), nil
+		}
+		l.abs = path.Join(dir, l.name)
+		pr, pw := io.Pipe()
+		l.pw, l.uploadc = pw, make(chan error, 1)
+		go func() {
+			err := l.cli.Upload(l.ctx, l.abs, pr, client.UploadOptions{})
+			// Unblock a writer the upload stopped reading from.
+			pr.CloseWithError(cmpOr(err, errUploadEnded))
+			l.uploadc <- err
+		}()
+	}
+	if _, err := l.pw.Write(p); err != nil {
+		l.failed = err
+	}
+	return len(p), nil
+}
+
+// finish ends the upload and waits for it. It returns the log's absolute
+// path when the whole stream was saved, "" and nil when the stream was
+// empty, or the error that left the log incomplete.
+func (l *streamLog) finish() (string, error) {
+	if l.pw == nil {
+		return "", l.failed
+	}
+	_ = l.pw.Close()
+	if err := <-l.uploadc; err != nil {
+		return "", err
+	}
+	if l.failed != nil {
+		return "", l.failed
+	}
+	return l.abs, nil
+}
+
+// outputMeter counts a run's output and remembers its last line, for
+// progress messages. It is safe for concurrent use.
+type outputMeter struct {
+	mu      sync.Mutex
+	bytes   [2]int64
+	partial [2][]byte // the current unfinished line of each stream (bounded)
+	last    string    // the most recent complete, non-blank line
+	lastAt  int       // the stream last heard from
+}
+
+// tee returns a writer that meters stream i (0 stdout, 1 stderr) and passes
+// the bytes on to next.
+func (m *outputMeter) tee(i int, next io.Writer) io.Writer {
+	return writerFunc(func(p []byte) (int, error) {
+		m.observe(i, p)
+		return next.Write(p)
+	})
+}
+
+type writerFunc func(p []byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
+
+func (m *outputMeter) observe(i int, p []byte) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.bytes[i] += int64(len(p))
+	m.lastAt = i
+	for len(p) > 0 {
+		j := bytes.IndexAny(p[:min(len(p), 1<<16)], "\r\n")
+		if j < 0 && len(p) > 1<<16 {
+			// A very long line: keep its start and skip ahead.
+			m.partial[i] = appendCapped(m.partial[i], p[:1<<16])
+			p = p[1<<16:]
+			continue
+		}
+		if j < 0 {
+			m.partial[i] = appendCapped(m.partial[i], p)
+			return
+		}
+		line := appendCapped(m.partial[i], p[:j])
+		if s := cleanLine(line); s != "" {
+			m.last = s
+		}
+		m.partial[i] = m.partial[i][:0]
+		p = p[j+1:]
+	}
+}
+
+func appendCapped(b, p []byte) []byte {
+	if room := 4*lastLineCap - len(b); room > 0 {
+		b = append(b, p[:min(room, len(p))]...)
+	}
+	return b
+}
+
+// cleanLine makes a line safe and short for a progress message.
+func cleanLine(b []byte) string {
+	s, _ := validText(b)
+	s = strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) {
+			return ' '
+		}
+		return r
+	}, s)
+	s = strings.TrimSpace(s)
+	if utf8.RuneCountInString(s) > lastLineCap {
+		rs := []rune(s)
+		s = string(rs[:lastLineCap-1]) + "…"
+	}
+	return s
+}
+
+// message renders the progress text: elapsed time, bytes, last line.
+func (m *outputMeter) message(elapsed time.Duration) string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d s, %s stdout", int64(elapsed/time.Second), humanBytes(m.bytes[0]))
+	if m.bytes[1] > 0 {
+		fmt.Fprintf(&b, ", %s stderr", humanBytes(m.bytes[1]))
+	}
+	last := cleanLine(m.partial[m.lastAt])
+	if last == "" {
+		last = m.last
+	}
+	if last != "" {
+		b.WriteString(", last line: ")
+		b.WriteString(last)
+	}
+	return b.String()
+}
+
+// progressLoop sends a progress notification every interval until stop is
+// closed: progress is the elapsed time in seconds, strictly increasing. It
+// returns when stopped.
+func progressLoop(ctx context.Context, c *Call, interval time.Duration, meter *outputMeter, stop <-chan struct{}) {
+	start := time.Now()
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	last := 0.0
+	for {
+		select {
+		case <-stop:
+			return
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			elapsed := time.Since(start)
+			p := math.Round(elapsed.Seconds()*10) / 10
+			if p <= last {
+				p = last + 0.1
+			}
+			last = p
+			c.sendProgress(ctx, p, meter.message(elapsed))
+		}
+	}
+}

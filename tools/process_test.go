@@ -1,0 +1,566 @@
+package tools
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mark3labs/mcp-go/mcp"
+)
+
+// startBackground starts a background command and returns its result.
+func (h *harness) startBackground(args map[string]any) execOutput {
+	h.t.Helper()
+	args["background"] = true
+	out := h.execOK(args)
+	if out.Process == "" || out.Pid == 0 || out.FullOutput == nil || out.FullOutput.Output == "" || out.ExitCode != nil {
+		h.t.Fatalf("background start: %+v", out)
+	}
+	return out
+}
+
+// readUntil pages through a process's output (max bytes per page) from
+// offset until the text read contains want, checking the page arithmetic.
+func (h *harness) readUntil(handle string, offset int64, maxBytes int, want string) (string, processOutputOutput) {
+	h.t.Helper()
+	var got strings.Builder
+	var p processOutputOutput
+	for i := 0; i < 1000; i++ {
+		p = processOutputOutput{}
+		h.ok("process_output", map[string]any{"process": handle, "offset": offset, "max_bytes": maxBytes, "wait_sec": 20}, &p)
+		if p.Offset != offset || p.NextOffset-p.Offset != int64(len(p.Output)) || len(p.Output) > maxBytes || p.NextOffset > p.TotalBytes {
+			h.t.Fatalf("page arithmetic: offset %d, %+v", offset, p)
+		}
+		if p.Truncated != (p.NextOffset < p.TotalBytes) {
+			h.t.Fatalf("truncated: %+v", p)
+		}
+		got.WriteString(p.Output)
+		offset = p.NextOffset
+		if strings.Contains(got.String(), want) || p.EOF {
+			break
+		}
+	}
+	if !strings.Contains(got.String(), want) {
+		h.t.Fatalf("output %q does not contain %q (last page %+v)", got.String(), want, p)
+	}
+	return got.String(), p
+}
+
+// waitEnd follows a process's output from offset until its end and
+// returns the last page.
+func (h *harness) waitEnd(handle string, offset int64) processOutputOutput {
+	h.t.Helper()
+	var p processOutputOutput
+	for i := 0; i < 100; i++ {
+		p = processOutputOutput{}
+		h.ok("process_output", map[string]any{"process": handle, "offset": offset, "wait_sec": 20}, &p)
+		if p.EOF {
+			return p
+		}
+		offset = p.NextOffset
+	}
+	h.t.Fatalf("%s did not end: %+v", handle, p)
+	return p
+}
+
+func TestBackgroundProcessLifecycle(t *testing.T) {
+	h := newHarness(t, harnessOptions{})
+	script := `for i in $(seq 1 100); do echo line-$i; done; echo ready >&2
+while read l; do echo "got:$l"; [ "$l" = quit ] && exit 7; done; echo never`
+	start := h.startBackground(map[string]any{"command": script})
+	if !strings.HasPrefix(start.Process, "g1-p") || start.Process != fmt.Sprintf("g1-p%d", start.Pid) ||
+		start.FullOutput.Output != ".sandbox-mcp/runs/"+start.RunID+"/output.log" || start.TimeoutSec != 0 {
+		t.Fatalf("%+v", start)
+	}
+
+	// Read in small pages, offset by offset.
+	var want strings.Builder
+	for i := 1; i <= 100; i++ {
+		fmt.Fprintf(&want, "line-%d\n", i)
+	}
+	want.WriteString("ready\n")
+	got, p := h.readUntil(start.Process, 0, 100, "ready\n")
+	if got != want.String() || p.Status != "running" || p.EOF || p.ExitCode != nil || p.RunID != start.RunID {
+		t.Fatalf("got %q, last page %+v", got, p)
+	}
+	offset := p.NextOffset
+
+	// Nothing new yet: an immediate answer with no output.
+	var now processOutputOutput
+	h.ok("process_output", map[string]any{"process": start.Process, "offset": offset}, &now)
+	if now.Output != "" || now.NextOffset != offset || now.Status != "running" || now.Truncated || now.EOF {
+		t.Fatalf("%+v", now)
+	}
+
+	var in processInputOutput
+	h.ok("process_input", map[string]any{"process": start.Process, "data": "hello\n"}, &in)
+	if in.Written != 6 || in.Closed {
+		t.Fatalf("%+v", in)
+	}
+	got, p = h.readUntil(start.Process, offset, 1000, "got:hello\n")
+	if got != "got:hello\n" {
+		t.Fatalf("%q", got)
+	}
+	offset = p.NextOffset
+
+	h.ok("process_input", map[string]any{"process": start.Process, "data": "quit\n", "close": true}, &in)
+	if in.Written != 5 || !in.Closed {
+		t.Fatalf("%+v", in)
+	}
+	// Wait for the end: status, exit code, eof.
+	p = h.waitEnd(start.Process, offset)
+	if !p.EOF || p.Status != "exited" || valueOf(p.ExitCode) != 7 || p.Truncated {
+		t.Fatalf("end: %+v", p)
+	}
+	// The whole log stays readable after the end.
+	var all processOutputOutput
+	h.ok("process_output", map[string]any{"process": start.Process, "max_bytes": 1 << 20}, &all)
+	if all.Output != want.String()+"got:hello\ngot:quit\n" || !all.EOF || all.TotalBytes != int64(len(all.Output)) {
+		t.Fatalf("whole log: %+v", all)
+	}
+	// By run id too.
+	h.ok("process_output", map[string]any{"process": start.RunID, "max_bytes": 1 << 20}, &all)
+	if all.Process != start.Process || !all.EOF {
+		t.Fatalf("by run id: %+v", all)
+	}
+
+	var list processListOutput
+	h.ok("process_list", map[string]any{}, &list)
+	if len(list.Processes) != 1 {
+		t.Fatalf("%+v", list)
+	}
+	e := list.Processes[0]
+	if e.Process != start.Process || e.Pid != start.Pid || e.RunID != start.RunID || e.Command != script ||
+		e.Status != "exited" || valueOf(e.ExitCode) != 7 || e.StartedAt == "" || e.EndedAt == "" || e.Log != start.FullOutput.Output {
+		t.Fatalf("%+v", e)
+	}
+
+	// Signalling an ended process reports its status.
+	var sig processSignalOutput
+	h.ok("process_signal", map[string]any{"process": start.Process}, &sig)
+	if !sig.AlreadyEnded || sig.Status != "exited" || valueOf(sig.ExitCode) != 7 || len(sig.Sent) != 0 {
+		t.Fatalf("%+v", sig)
+	}
+	// Input to an ended process is refused clearly.
+	if msg := h.fail("process_input", map[string]any{"process": start.Process, "data": "x"}); !strings.Contains(msg, "has already ended (exit code 7)") {
+		t.Fatal(msg)
+	}
+}
+
+func TestBackgroundArgvEnvCwdStdin(t *testing.T) {
+	h := newHarness(t, harnessOptions{})
+	h.execOK(map[string]any{"command": "mkdir sub"})
+	start := h.startBackground(map[string]any{
+		"argv":  []string{"sh", "-c", `pwd; echo "$V"; cat`},
+		"cwd":   "sub",
+		"env":   map[string]string{"V": "from-env"},
+		"stdin": "from-stdin\n",
+	})
+	root := h.lease().Sandbox.Workdir
+	got, _ := h.readUntil(start.Process, 0, 4096, "from-stdin\n")
+	if got != root+"/sub\nfrom-env\nfrom-stdin\n" {
+		t.Fatalf("%q", got)
+	}
+	// stdin stays open after the initial text; closing it ends cat.
+	var in processInputOutput
+	h.ok("process_input", map[string]any{"process": start.Process, "close": true}, &in)
+	if !in.Closed || in.Written != 0 {
+		t.Fatalf("%+v", in)
+	}
+	// Refused: its input was closed (or cat already ended on the EOF).
+	if msg := h.fail("process_input", map[string]any{"process": start.Process, "data": "late"}); !strings.Contains(msg, "takes no more input") {
+		t.Fatal(msg)
+	}
+	p := h.waitEnd(start.Process, int64(len(got)))
+	if p.Status != "exited" || valueOf(p.ExitCode) != 0 {
+		t.Fatalf("%+v", p)
+	}
+	// A background argv whose program does not exist fails inside the
+	// wrapper: exit 127 and the shell's message in the log.
+	bad := h.startBackground(map[string]any{"argv": []string{"no-such-program-q"}})
+	got, p = h.readUntil(bad.Process, 0, 4096, "no-such-program-q")
+	p = h.waitEnd(bad.Process, p.NextOffset)
+	if p.Status != "exited" || valueOf(p.ExitCode) != 127 {
+		t.Fatalf("%q %+v", got, p)
+	}
+}
+
+func TestProcessSignal(t *testing.T) {
+	h := newHarness(t, harnessOptions{config: Config{SignalGrace: 300 * time.Millisecond}})
+
+	term := h.startBackground(map[string]any{"command": "sleep 100"})
+	var sig processSignalOutput
+	h.ok("process_signal", map[string]any{"process": term.Process}, &sig)
+	if sig.Status != "killed" || sig.Signal != "terminated" || valueOf(sig.ExitCode) != 143 || sig.EscalatedToKill ||
+		strings.Join(sig.Sent, ",") != "TERM" || sig.AlreadyEnded {
+		t.Fatalf("TERM: %+v", sig)
+	}
+
+	// A process that ignores TERM gets KILL after the grace period.
+	stubborn := h.startBackground(map[string]any{"command": "trap '' TERM; echo armed; sleep 100"})
+	h.readUntil(stubborn.Process, 0, 4096, "armed")
+	sig = processSignalOutput{}
+	h.ok("process_signal", map[string]any{"process": stubborn.Process, "signal": "TERM"}, &sig)
+	if !sig.EscalatedToKill || strings.Join(sig.Sent, ",") != "TERM,KILL" || sig.Status != "killed" || valueOf(sig.ExitCode) != 137 {
+		t.Fatalf("escalation: %+v", sig)
+	}
+
+	kill := h.startBackground(map[string]any{"command": "sleep 100"})
+	sig = processSignalOutput{}
+	h.ok("process_signal", map[string]any{"process": kill.Process, "signal": "KILL"}, &sig)
+	if sig.Status != "killed" || valueOf(sig.ExitCode) != 137 || sig.EscalatedToKill || strings.Join(sig.Sent, ",") != "KILL" {
+		t.Fatalf("KILL: %+v", sig)
+	}
+	// Idempotent: again is fine.
+	sig = processSignalOutput{}
+	h.ok("process_signal", map[string]any{"process": kill.Process, "signal": "KILL"}, &sig)
+	if !sig.AlreadyEnded || sig.Status != "killed" {
+		t.Fatalf("again: %+v", sig)
+	}
+
+	if msg := h.fail("process_signal", map[string]any{"process": kill.Process, "signal": "HUP"}); !strings.Contains(msg, "signal") {
+		t.Fatal(msg)
+	}
+	var list processListOutput
+	h.ok("process_list", map[string]any{}, &list)
+	if len(list.Processes) != 3 || len(list.Others) != 0 {
+		t.Fatalf("%+v", list)
+	}
+	for _, p := range list.Processes {
+		if p.Status != "killed" {
+			t.Fatalf("%+v", p)
+		}
+	}
+}
+
+func TestProcessOutputWaits(t *testing.T) {
+	h := newHarness(t, harnessOptions{})
+	start := h.startBackground(map[string]any{"command": "read x; echo after-$x"})
+
+	// A waiting read is woken by the output (a timed-out wait would return
+	// nothing).
+	type result struct {
+		out processOutputOutput
+		res *mcp.CallToolResult
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		res, err := h.callErr(context.Background(), "process_output", map[string]any{"process": start.Process, "wait_sec": 60}, nil)
+		r := result{res: res, err: err}
+		if err == nil && !res.IsError {
+			decodeStructured(t, res, &r.out)
+		}
+		done <- r
+	}()
+	h.ok("process_input", map[string]any{"process": start.Process, "data": "go\n"}, nil)
+	r := <-done
+	if r.err != nil || r.res.IsError || !strings.HasPrefix(r.out.Output, "after-go") {
+		t.Fatalf("%v %+v", r.err, r.out)
+	}
+
+	// A wait that ends by the deadline returns what there is.
+	idle := h.startBackground(map[string]any{"command": "sleep 100"})
+	var p processOutputOutput
+	h.ok("process_output", map[string]any{"process": idle.Process, "wait_sec": 1}, &p)
+	if p.Output != "" || p.Status != "running" || p.EOF || p.TotalBytes != 0 {
+		t.Fatalf("%+v", p)
+	}
+
+	// A cancelled wait ends the call.
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		res, err := h.callErr(ctx, "process_output", map[string]any{"process": idle.Process, "wait_sec": 60}, nil)
+		done <- result{res: res, err: err}
+	}()
+	cancel()
+	select {
+	case r := <-done:
+		if r.err == nil && !r.res.IsError {
+			t.Fatalf("cancelled wait succeeded: %s", resultText(r.res))
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("a cancelled wait did not return")
+	}
+	h.ok("process_signal", map[string]any{"process": idle.Process, "signal": "KILL"}, nil)
+
+	// A wait ends when the process does, even without output.
+	quiet := h.startBackground(map[string]any{"command": "read x"})
+	go func() {
+		res, err := h.callErr(context.Background(), "process_output", map[string]any{"process": quiet.Process, "wait_sec": 60}, nil)
+		r := result{res: res, err: err}
+		if err == nil && !res.IsError {
+			decodeStructured(t, res, &r.out)
+		}
+		done <- r
+	}()
+	h.ok("process_input", map[string]any{"process": quiet.Process, "close": true}, nil)
+	r = <-done
+	if r.err != nil || r.res.IsError {
+		t.Fatalf("%v %v", r.err, r.res)
+	}
+	// The wait returned on the end (read got EOF: exit status 1).
+	if !r.out.EOF {
+		r.out = h.waitEnd(quiet.Process, 0)
+	}
+	if r.out.Status != "exited" || valueOf(r.out.ExitCode) != 1 || r.out.Output != "" {
+		t.Fatalf("%+v", r.out)
+	}
+}
+
+func TestBackgroundTimeout(t *testing.T) {
+	h := newHarness(t, harnessOptions{config: Config{MaxTimeout: 5 * time.Second}})
+	start := h.startBackground(map[string]any{"command": "echo up; sleep 100", "timeout_sec": 1})
+	if start.TimeoutSec != 1 || start.TimeoutClamped {
+		t.Fatalf("%+v", start)
+	}
+	got, _ := h.readUntil(start.Process, 0, 4096, "up\n")
+	p := h.waitEnd(start.Process, int64(len(got)))
+	if p.Status != "killed" || !p.TimedOut || valueOf(p.ExitCode) != 137 || got != "up\n" {
+		t.Fatalf("%+v", p)
+	}
+	// Clamped like the foreground.
+	clamped := h.startBackground(map[string]any{"command": "true", "timeout_sec": 3600})
+	if !clamped.TimeoutClamped || clamped.TimeoutSec != 5 || !hasNotice(clamped.Notices, "timeout_sec 3600 was clamped") {
+		t.Fatalf("%+v", clamped)
+	}
+}
+
+func TestProcessToolsBadInput(t *testing.T) {
+	h := newHarness(t, harnessOptions{})
+	live := h.startBackground(map[string]any{"command": "sleep 100"})
+	cases := []struct {
+		tool string
+		args map[string]any
+		want string
+	}{
+		{"process_output", map[string]any{}, "process"},
+		{"process_output", map[string]any{"process": "42"}, "not a process handle"},
+		{"process_output", map[string]any{"process": "g1-p-3"}, "not a process handle"},
+		{"process_output", map[string]any{"process": "g1-p999999"}, "no background process g1-p999999"},
+		{"process_output", map[string]any{"process": "g1-r999"}, "no background process has run id g1-r999"},
+		{"process_output", map[string]any{"process": "g9-p1"}, "no background process g9-p1"},
+		{"process_output", map[string]any{"process": live.Process, "offset": -1}, "offset"},
+		{"process_output", map[string]any{"process": live.Process, "wait_sec": 61}, "wait_sec"},
+		{"process_output", map[string]any{"process": live.Process, "max_bytes": 0}, "max_bytes"},
+		{"process_output", map[string]any{"process": live.Process, "max_bytes": 2 << 20}, "max_bytes"},
+		{"process_output", map[string]any{"process": live.Process, "extra": 1}, "extra"},
+		{"process_input", map[string]any{"process": live.Process}, "nothing to do"},
+		{"process_input", map[string]any{"data": "x"}, "process"},
+		{"process_input", map[string]any{"process": "g1-p999999", "data": "x"}, "no background process"},
+		{"process_signal", map[string]any{"process": live.Process, "signal": "INT"}, "signal"},
+		{"process_signal", map[string]any{"process": 5}, "process"},
+		{"process_list", map[string]any{"all": true}, "all"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.tool+"/"+fmt.Sprint(tc.args), func(t *testing.T) {
+			msg := h.fail(tc.tool, tc.args)
+			t.Log(msg)
+			if !strings.Contains(msg, tc.want) {
+				t.Fatalf("%q does not mention %q", msg, tc.want)
+			}
+		})
+	}
+	// A foreground run id is not a process.
+	fg := h.execOK(map[string]any{"command": "echo fg"})
+	if msg := h.fail("process_output", map[string]any{"process": fg.RunID}); !strings.Contains(msg, "foreground run keeps its logs") {
+		t.Fatal(msg)
+	}
+	// Reading past the end is empty, with a notice.
+	var p processOutputOutput
+	h.ok("process_output", map[string]any{"process": live.Process, "offset": 1 << 20}, &p)
+	if p.Output != "" || p.NextOffset != 1<<20 || !hasNotice(p.Notices, "past the end") {
+		t.Fatalf("%+v", p)
+	}
+}
+
+func TestProcessHandleStaleAfterRecreation(t *testing.T) {
+	h := newHarness(t, harnessOptions{})
+	start := h.startBackground(map[string]any{"command": "sleep 100"})
+	id := h.lease().Sandbox.ID
+	if err := h.provider.LoseDaemon(id, false); err != nil {
+		t.Fatal(err)
+	}
+	// The next call meets the loss: a recreation notice, and it did not run.
+	msg := h.fail("workspace_exec", map[string]any{"command": "echo hi"})
+	if !strings.Contains(msg, "NOTICE: The sandbox was recreated (generation 1 → 2)") || !strings.Contains(msg, "was NOT run") {
+		t.Fatal(msg)
+	}
+	// The old handle now belongs to a previous sandbox.
+	for _, tool := range []string{"process_output", "process_input", "process_signal"} {
+		args := map[string]any{"process": start.Process, "data": "x"}
+		if tool != "process_input" {
+			delete(args, "data")
+		}
+		if msg := h.fail(tool, args); !strings.Contains(msg, start.Process+" belongs to a previous sandbox (generation 1)") {
+			t.Fatalf("%s: %s", tool, msg)
+		}
+	}
+	var list processListOutput
+	h.ok("process_list", map[string]any{}, &list)
+	if len(list.Processes) != 0 {
+		t.Fatalf("%+v", list)
+	}
+	// New handles carry the new generation.
+	next := h.startBackground(map[string]any{"command": "true"})
+	if !strings.HasPrefix(next.Process, "g2-p") || !strings.HasPrefix(next.RunID, "g2-r") {
+		t.Fatalf("%+v", next)
+	}
+}
+
+func TestProcessLostDuringCall(t *testing.T) {
+	h := newHarness(t, harnessOptions{})
+	start := h.startBackground(map[string]any{"command": "sleep 100"})
+	if err := h.provider.LoseDaemon(h.lease().Sandbox.ID, false); err != nil {
+		t.Fatal(err)
+	}
+	// process_output is the call that meets the loss.
+	msg := h.fail("process_output", map[string]any{"process": start.Process})
+	if !strings.Contains(msg, "NOTICE: The sandbox was recreated (generation 1 → 2)") {
+		t.Fatal(msg)
+	}
+	if msg := h.fail("process_output", map[string]any{"process": start.Process}); !strings.Contains(msg, "belongs to a previous sandbox") {
+		t.Fatal(msg)
+	}
+}
+
+// restarted returns a harness over the same sandboxes with a fresh server
+// and fresh tool state, as after a server restart.
+func (h *harness) restarted() *harness {
+	h.t.Helper()
+	d, s, c := newToolServer(h.t, h.manager, h.deps.Config, h.ws)
+	return &harness{t: h.t, provider: h.provider, manager: h.manager, deps: d, server: s, client: c, ws: h.ws}
+}
+
+func TestProcessRecoveredAfterServerRestart(t *testing.T) {
+	h := newHarness(t, harnessOptions{})
+	live := h.startBackground(map[string]any{"command": `echo first; read x; echo "second-$x"`})
+	h.readUntil(live.Process, 0, 4096, "first\n")
+	ended := h.startBackground(map[string]any{"command": "echo bye"})
+	_, p := h.readUntil(ended.Process, 0, 4096, "bye\n")
+	h.waitEnd(ended.Process, p.NextOffset)
+
+	h2 := h.restarted()
+	// The running one is found again from its handle and followed.
+	var got processOutputOutput
+	h2.ok("process_output", map[string]any{"process": live.Process}, &got)
+	if got.Status != "running" || got.Output != "first\n" || got.RunID != live.RunID {
+		t.Fatalf("%+v", got)
+	}
+	h2.ok("process_input", map[string]any{"process": live.Process, "data": "x\n", "close": true}, nil)
+	out, p2 := h2.readUntil(live.Process, got.NextOffset, 4096, "second-x\n")
+	p2 = h2.waitEnd(live.Process, p2.NextOffset)
+	if out != "second-x\n" || p2.Status != "exited" || valueOf(p2.ExitCode) != 0 {
+		t.Fatalf("%q %+v", out, p2)
+	}
+
+	// The one that ended before the restart: its log, status unknown.
+	h2.ok("process_output", map[string]any{"process": ended.Process}, &got)
+	if got.Status != "unknown" || got.Output != "bye\n" || got.Detail == "" || got.RunID != ended.RunID || !got.EOF {
+		t.Fatalf("%+v", got)
+	}
+	var list processListOutput
+	h2.ok("process_list", map[string]any{}, &list)
+	if len(list.Processes) != 2 {
+		t.Fatalf("%+v", list)
+	}
+
+	// A process that was running at the restart and nobody asked about yet
+	// shows up in process_list of the restarted server.
+	other := h.startBackground(map[string]any{"command": "sleep 100"})
+	h3 := h.restarted()
+	list = processListOutput{}
+	h3.ok("process_list", map[string]any{}, &list)
+	if len(list.Processes) != 1 || list.Processes[0].Process != other.Process || list.Processes[0].Status != "running" ||
+		list.Processes[0].Command != "sleep 100" || len(list.Others) != 0 {
+		t.Fatalf("%+v", list)
+	}
+	var sig processSignalOutput
+	h3.ok("process_signal", map[string]any{"process": other.Process, "signal": "KILL"}, &sig)
+	if sig.Status != "killed" {
+		t.Fatalf("%+v", sig)
+	}
+
+	// The restarted server's run ids do not reuse the old run directories.
+	fresh := h3.execOK(map[string]any{"command": "echo new"})
+	for _, old := range []string{live.RunID, ended.RunID, other.RunID} {
+		if fresh.RunID == old {
+			t.Fatalf("run id %s reused", old)
+		}
+	}
+}
+
+func TestParseHandle(t *testing.T) {
+	for s, want := range map[string]handleRef{
+		"g1-p42":      {gen: 1, pid: 42},
+		"g12-r7":      {gen: 12, run: 7},
+		"g1-p4294967": {gen: 1, pid: 4294967},
+	} {
+		got, ok := parseHandle(s)
+		if !ok || got != want {
+			t.Errorf("%s: %+v %v", s, got, ok)
+		}
+		if want.pid != 0 && formatProcessHandle(want.gen, want.pid) != s || want.run != 0 && formatRunID(want.gen, want.run) != s {
+			t.Errorf("%s does not round-trip", s)
+		}
+	}
+	for _, s := range []string{"", "g", "g1", "g1-", "g1-p", "g0-p1", "g1-p0", "g-1-p2", "g1-p+2", "g1-x3", "G1-p2", "g1-p2 ", "g1-p99999999999", "g1-r1x", "1-p2"} {
+		if _, ok := parseHandle(s); ok {
+			t.Errorf("%q parsed", s)
+		}
+	}
+}
+
+func TestProcessRegistryBounds(t *testing.T) {
+	var r processRegistry
+	gen := func(string) int64 { return 1 }
+	var first *procEntry
+	for pid := uint32(1); pid <= maxEndedProcesses+60; pid++ {
+		e := &procEntry{handle: formatProcessHandle(1, pid), gen: 1, pid: pid, runID: formatRunID(1, int64(pid)), done: make(chan struct{})}
+		if first == nil {
+			first = e
+		}
+		r.add("k", e, nil, gen)
+		if pid%2 == 0 || pid > 100 {
+			r.finish("k", e, procEnd{status: statusExited})
+		}
+	}
+	// 50 running (odd pids up to 100) are kept; of the 210 ended, the newest 200.
+	if n := len(r.list("k", 1)); n != 50+maxEndedProcesses {
+		t.Fatalf("%d entries", n)
+	}
+	if r.find("k", handleRef{gen: 1, pid: 2}) != nil || r.find("k", handleRef{gen: 1, pid: 1}) != first {
+		t.Fatal("wrong entries forgotten")
+	}
+	if e := r.find("k", handleRef{gen: 1, run: 250}); e == nil || e.pid != 250 {
+		t.Fatal("find by run id")
+	}
+	if r.find("k", handleRef{gen: 2, pid: 1}) != nil || len(r.list("k", 2)) != 0 {
+		t.Fatal("another generation sees entries")
+	}
+	// Nothing is pruned while a process is followed.
+	r.prune("k", 0)
+	if len(r.list("k", 1)) == 0 {
+		t.Fatal("pruned with running processes")
+	}
+	for _, e := range r.list("k", 1) {
+		r.finish("k", e, procEnd{status: statusKilled})
+	}
+	r.prune("k", 1) // still the current generation
+	if len(r.list("k", 1)) == 0 {
+		t.Fatal("pruned the current generation")
+	}
+	r.prune("k", 0) // the workspace is gone
+	if len(r.spaces) != 0 {
+		t.Fatal("not pruned")
+	}
+	// A newer generation replaces the old entries.
+	r.add("k", &procEntry{gen: 1, pid: 7, done: make(chan struct{})}, nil, gen)
+	r.add("k", &procEntry{gen: 2, pid: 8, done: make(chan struct{})}, nil, gen)
+	r.add("k", &procEntry{gen: 1, pid: 9, done: make(chan struct{})}, nil, gen)
+	if l := r.list("k", 2); len(l) != 1 || l[0].pid != 8 || len(r.list("k", 1)) != 0 {
+		t.Fatalf("%+v", l)
+	}
+}
