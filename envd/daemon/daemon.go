@@ -107,7 +107,7 @@ func New(cfg Config) (*Daemon, error) {
 	d.files = fsrpc.New(fsrpc.Options{Paths: resolver, Users: users, Logger: log})
 
 	mux := http.NewServeMux()
-	mux.Handle(d.procs.Handler(connect.WithCompressMinBytes(1 << 20)))
+	mux.Handle(d.procs.Handler())
 	mux.Handle(d.files.Handler())
 	restHandler := rest.New(rest.Options{
 		Paths:          resolver,
