@@ -24,8 +24,6 @@ import (
 	"sync"
 	"time"
 
-	"connectrpc.com/connect"
-
 	"github.com/sandbox-mcp/sandbox-mcp/envd/fsrpc"
 	"github.com/sandbox-mcp/sandbox-mcp/envd/identity"
 	"github.com/sandbox-mcp/sandbox-mcp/envd/paths"
