@@ -22,7 +22,9 @@ func reportLatencies(b *testing.B, ds []time.Duration) {
 	b.ReportMetric(at(99), "p99-ms")
 }
 
-var execTrue = map[string]any{"command": "true"}
+// argv, not command: the comparison is with the envd client running `true`
+// directly, without a login shell.
+var execTrue = map[string]any{"argv": []any{"true"}}
 
 // benchCalls calls tool with args through c until b.Loop ends.
 func benchCalls(b *testing.B, c *mcpClient, tool string, args any) {

@@ -292,12 +292,6 @@ func (c *mcpClient) progress() []mcp.JSONRPCNotification {
 	return out
 }
 
-func (c *mcpClient) resetNotifications() {
-	c.mu.Lock()
-	c.notifications = nil
-	c.mu.Unlock()
-}
-
 // call invokes a tool; a JSON-RPC error fails the test.
 func (c *mcpClient) call(t testing.TB, name string, args any) *mcp.CallToolResult {
 	t.Helper()

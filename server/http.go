@@ -136,7 +136,9 @@ func (s *Server) ServeHTTP(ctx context.Context, ln net.Listener) error {
 		cancelWait()
 		_ = srv.Close()
 	}
-	<-served
+	if err := <-served; err != nil && !errors.Is(err, http.ErrServerClosed) {
+		s.log.Warn("HTTP server stopped with an error", "err", err)
+	}
 	return s.Shutdown(context.Background())
 }
 

@@ -13,7 +13,6 @@ import (
 	"github.com/mark3labs/mcp-go/client"
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
-	envdclient "github.com/sandbox-mcp/sandbox-mcp/envd/client"
 
 	"github.com/sandbox-mcp/sandbox-mcp/manage"
 	"github.com/sandbox-mcp/sandbox-mcp/manage/managetest"
@@ -204,9 +203,3 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
-
-func clientCommand(sh string) envdclient.Command {
-	return envdclient.Command{Cmd: "/bin/sh", Args: []string{"-c", sh}}
-}
-
-func clientRunOptions() envdclient.RunOptions { return envdclient.RunOptions{} }

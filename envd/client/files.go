@@ -153,7 +153,7 @@ func (c *Client) Upload(ctx context.Context, path string, r io.Reader, opts Uplo
 		q.Set("username", c.opts.user)
 	}
 	u := c.base.String() + "/files?" + q.Encode()
-	var body io.Reader = r
+	body := r
 	contentType := "application/octet-stream"
 	var pw *io.PipeWriter
 	if !atLeast(v, versionOctetUpload) {
@@ -371,7 +371,11 @@ func (c *Client) Watch(ctx context.Context, path string, recursive, includeEntry
 	case err = <-startc:
 	case <-ctx.Done():
 		cancel()
-		<-startc
+		// Whether or not the watch started as the caller gave up, it is
+		// closed below; only wait for the goroutine to be done with it.
+		for range startc {
+			break
+		}
 		stream.Close()
 		return nil, connect.NewError(codeForContext(ctx.Err()), ctx.Err())
 	}

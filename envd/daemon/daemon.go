@@ -346,6 +346,8 @@ func Run(ctx context.Context, cfg Config, addr string, ready io.Writer) error {
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	err = d.Shutdown(shutdownCtx)
-	<-errc
+	if serveErr := <-errc; serveErr != nil && err == nil {
+		err = serveErr
+	}
 	return err
 }

@@ -194,7 +194,8 @@ func (w *watch) handle(ev fsnotify.Event) bool {
 			return false
 		}
 	}
-	return !(isRoot && (ev.Has(fsnotify.Remove) || ev.Has(fsnotify.Rename)))
+	rootGone := isRoot && (ev.Has(fsnotify.Remove) || ev.Has(fsnotify.Rename))
+	return !rootGone
 }
 
 // addTree watches dir and, recursively, the directories under it (not

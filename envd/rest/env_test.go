@@ -272,23 +272,6 @@ func leftovers(t testing.TB, dir string) []string {
 	return found
 }
 
-// outsideRoot lists everything under the base directory that is not the
-// root or inside it.
-func (e *env) outsideRoot(t testing.TB) []string {
-	t.Helper()
-	entries, err := os.ReadDir(e.base)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []string
-	for _, d := range entries {
-		if d.Name() != "root" {
-			out = append(out, d.Name())
-		}
-	}
-	return out
-}
-
 // needRoot skips (or under CI=true fails) tests that need root.
 func needRoot(t testing.TB) {
 	t.Helper()

@@ -30,6 +30,7 @@ import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+	berrors "go.etcd.io/bbolt/errors"
 
 	"github.com/sandbox-mcp/sandbox-mcp/manage"
 )
@@ -140,9 +141,9 @@ func (s *Store) openOnce(readOnly bool) (db *bolt.DB, err error) {
 	switch {
 	case err == nil:
 		return db, nil
-	case errors.Is(err, bolt.ErrTimeout):
+	case errors.Is(err, berrors.ErrTimeout):
 		return nil, fmt.Errorf("store file %s is locked by another process for more than %s; is another sandbox-mcp using this --state-dir and stuck?", s.path, s.timeout)
-	case errors.Is(err, bolt.ErrInvalid), errors.Is(err, bolt.ErrVersionMismatch), errors.Is(err, bolt.ErrChecksum):
+	case errors.Is(err, berrors.ErrInvalid), errors.Is(err, berrors.ErrVersionMismatch), errors.Is(err, berrors.ErrChecksum):
 		return nil, fmt.Errorf("%w: %v", errCorrupt, err)
 	case errors.Is(err, syscall.EACCES), errors.Is(err, syscall.EROFS):
 		return nil, fmt.Errorf("store file %s cannot be opened for writing: %w", s.path, err)
