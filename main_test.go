@@ -449,7 +449,54 @@ func stdioClient(t testing.TB, extra ...string) *mcpclient.Client {
 // TestStdioBinaryTools drives every tool's main path and a main error path
 // through the built binary over stdio with the mcp-go client.
 func TestStdioBinaryTools(t *testing.T) {
-	c := stdioClient(t)
+	exerciseTools(t, stdioClient(t))
+}
+
+// TestHTTPBinaryTools does the same over streamable HTTP, with a client of
+// revision 2025-11-25 (a session) and one of 2026-07-28 (stateless, picking
+// its workspace with the Sandbox-Workspace header).
+func TestHTTPBinaryTools(t *testing.T) {
+	n := newNewcomer(t)
+	runLongRunning(t, n, "./sandbox-mcp serve --http 127.0.0.1:0", func(url string) {
+		for _, tc := range []struct {
+			name string
+			opts []mcpclient.ClientOption
+			hdr  map[string]string
+		}{
+			{"2025-11-25", []mcpclient.ClientOption{mcpclient.WithProtocolVersion(mcp.ProtocolVersion20251125)}, nil},
+			{"2026-07-28", nil, map[string]string{"Sandbox-Workspace": "stateless-test"}},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				tr, err := transport.NewStreamableHTTP(url, transport.WithHTTPHeaders(tc.hdr))
+				if err != nil {
+					t.Fatal(err)
+				}
+				c := mcpclient.NewClient(tr, tc.opts...)
+				t.Cleanup(func() { c.Close() })
+				if err := c.Start(t.Context()); err != nil {
+					t.Fatal(err)
+				}
+				init := mcp.InitializeRequest{}
+				init.Params.ClientInfo = mcp.Implementation{Name: "http-test", Version: "0"}
+				if tc.name == "2025-11-25" {
+					init.Params.ProtocolVersion = mcp.ProtocolVersion20251125
+				}
+				res, err := c.Initialize(t.Context(), init)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if res.ProtocolVersion != tc.name {
+					t.Fatalf("negotiated %s, want %s", res.ProtocolVersion, tc.name)
+				}
+				exerciseTools(t, c)
+			})
+		}
+	})
+}
+
+// exerciseTools calls every tool's main path and a main error path.
+func exerciseTools(t *testing.T, c *mcpclient.Client) {
+	t.Helper()
 	ctx := t.Context()
 	list, err := c.ListTools(ctx, mcp.ListToolsRequest{})
 	if err != nil || len(list.Tools) != 12 {

@@ -406,31 +406,26 @@ func (c *Call) describeError(err error) string {
 	}
 	var ce *connect.Error
 	if errors.As(err, &ce) {
-		switch ce.Code() {
-		case connect.CodeNotFound:
-			return "Not found: " + ce.Message() + "."
-		case connect.CodeInvalidArgument:
-			return "Invalid request: " + ce.Message() + "."
-		case connect.CodePermissionDenied:
-			return "Refused: " + ce.Message() + "."
-		case connect.CodeAlreadyExists:
-			return "Already exists: " + ce.Message() + "."
-		case connect.CodeResourceExhausted:
-			return "Out of resources in the sandbox: " + ce.Message() + "."
-		case connect.CodeFailedPrecondition:
-			return "Cannot do that now: " + ce.Message() + "."
-		case connect.CodeUnimplemented:
-			return "Not supported by this sandbox: " + ce.Message() + "."
-		case connect.CodeUnavailable:
-			return "The sandbox is not reachable right now: " + ce.Message() + ". Try again; if it persists, call workspace_info or workspace_reset."
-		case connect.CodeDeadlineExceeded:
-			return "Timed out: " + ce.Message() + "."
-		case connect.CodeCanceled:
-			return "The call was cancelled."
+		if p, ok := codeText[ce.Code()]; ok {
+			return p.prefix + ce.Message() + p.suffix
 		}
 	}
 	c.d.Logger.Error("tool call failed", "tool", c.tool, "workspace", c.ws.Key, "err", err)
 	return fmt.Sprintf("%s failed: %s", c.tool, rootCause(err))
+}
+
+// codeText is how each envd error code reads to the model.
+var codeText = map[connect.Code]struct{ prefix, suffix string }{
+	connect.CodeNotFound:           {"Not found: ", "."},
+	connect.CodeInvalidArgument:    {"Invalid request: ", "."},
+	connect.CodePermissionDenied:   {"Refused: ", "."},
+	connect.CodeAlreadyExists:      {"Already exists: ", "."},
+	connect.CodeResourceExhausted:  {"Out of resources in the sandbox: ", "."},
+	connect.CodeFailedPrecondition: {"Cannot do that now: ", "."},
+	connect.CodeUnimplemented:      {"Not supported by this sandbox: ", "."},
+	connect.CodeUnavailable:        {"The sandbox is not reachable right now: ", ". Try again; if it persists, call workspace_info or workspace_reset."},
+	connect.CodeDeadlineExceeded:   {"Timed out: ", "."},
+	connect.CodeCanceled:           {"The call was cancelled: ", "."},
 }
 
 // rootCause shortens an error chain to a sentence for the model.

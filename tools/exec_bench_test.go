@@ -8,52 +8,11 @@ import (
 
 	"github.com/mark3labs/mcp-go/client"
 	"github.com/mark3labs/mcp-go/mcp"
-	"github.com/mark3labs/mcp-go/server"
 
 	envdclient "github.com/sandbox-mcp/sandbox-mcp/envd/client"
 	"github.com/sandbox-mcp/sandbox-mcp/manage"
 	"github.com/sandbox-mcp/sandbox-mcp/manage/managetest"
 )
-
-// newToolServer builds what newHarness builds (a real MCP server with every
-// tool over m, bound to workspace ws, and an in-process client) for any
-// testing.TB: benchmarks, and the "restarted server" of the process tests.
-func newToolServer(tb testing.TB, m *manage.Manager, cfg Config, ws Workspace) (*Deps, *server.MCPServer, *client.Client) {
-	tb.Helper()
-	d := NewDeps(m, cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	tools, err := Selected(d)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	s := server.NewMCPServer("sandbox-mcp-test", "0",
-		server.WithToolCapabilities(false),
-		server.WithInputSchemaValidation(),
-		server.WithOutputSchemaValidation(),
-		server.WithRecovery(),
-		server.WithToolHandlerMiddleware(func(next server.ToolHandlerFunc) server.ToolHandlerFunc {
-			return func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-				return next(WithWorkspace(ctx, ws), req)
-			}
-		}),
-	)
-	Register(s, tools)
-	c, err := client.NewInProcessClientWithOptions(s, client.WithProtocolVersion(mcp.ProtocolVersion20251125))
-	if err != nil {
-		tb.Fatal(err)
-	}
-	ctx := context.Background()
-	if err := c.Start(ctx); err != nil {
-		tb.Fatal(err)
-	}
-	init := mcp.InitializeRequest{}
-	init.Params.ProtocolVersion = mcp.ProtocolVersion20251125
-	init.Params.ClientInfo = mcp.Implementation{Name: "bench", Version: "0"}
-	if _, err := c.Initialize(ctx, init); err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { c.Close() })
-	return d, s, c
-}
 
 // benchEnv is a managetest sandbox with the tools served over it.
 type benchEnv struct {

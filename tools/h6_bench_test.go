@@ -13,7 +13,6 @@ import (
 
 	"github.com/mark3labs/mcp-go/client"
 	"github.com/mark3labs/mcp-go/mcp"
-	"github.com/mark3labs/mcp-go/server"
 
 	envdclient "github.com/sandbox-mcp/sandbox-mcp/envd/client"
 	"github.com/sandbox-mcp/sandbox-mcp/manage"
@@ -42,36 +41,7 @@ func newBenchServer(b *testing.B, cfg Config) *benchServer {
 	}
 	b.Cleanup(func() { _ = m.Shutdown(context.Background()) })
 	ws := Workspace{Key: "bench"}
-	tools, err := Selected(NewDeps(m, cfg, log))
-	if err != nil {
-		b.Fatal(err)
-	}
-	s := server.NewMCPServer("sandbox-mcp-bench", "0",
-		server.WithToolCapabilities(false),
-		server.WithInputSchemaValidation(),
-		server.WithOutputSchemaValidation(),
-		server.WithToolHandlerMiddleware(func(next server.ToolHandlerFunc) server.ToolHandlerFunc {
-			return func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-				return next(WithWorkspace(ctx, ws), req)
-			}
-		}),
-	)
-	Register(s, tools)
-	c, err := client.NewInProcessClientWithOptions(s, client.WithProtocolVersion(mcp.ProtocolVersion20251125))
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { c.Close() })
-	ctx := context.Background()
-	if err := c.Start(ctx); err != nil {
-		b.Fatal(err)
-	}
-	init := mcp.InitializeRequest{}
-	init.Params.ProtocolVersion = mcp.ProtocolVersion20251125
-	init.Params.ClientInfo = mcp.Implementation{Name: "bench", Version: "0"}
-	if _, err := c.Initialize(ctx, init); err != nil {
-		b.Fatal(err)
-	}
+	_, _, c := newToolServer(b, m, cfg, ws)
 	return &benchServer{b: b, manager: m, client: c, ws: ws}
 }
 

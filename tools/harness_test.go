@@ -22,7 +22,7 @@ import (
 // Manager over managetest sandboxes (real envd daemons in-process), and an
 // in-process mcp-go client pinned to protocol 2025-11-25.
 type harness struct {
-	t        *testing.T
+	t        testing.TB
 	provider *managetest.Provider
 	manager  *manage.Manager
 	deps     *Deps
@@ -41,7 +41,7 @@ type harnessOptions struct {
 	workspace    Workspace
 }
 
-func newHarness(t *testing.T, opts harnessOptions) *harness {
+func newHarness(t testing.TB, opts harnessOptions) *harness {
 	t.Helper()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	p := managetest.New(t)
@@ -54,49 +54,17 @@ func newHarness(t *testing.T, opts harnessOptions) *harness {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = m.Shutdown(context.Background()) })
-	d := NewDeps(m, opts.config, log)
-	tools, err := Selected(d)
-	if err != nil {
-		t.Fatal(err)
-	}
 	ws := opts.workspace
 	if ws.Key == "" {
 		ws = Workspace{Key: "test:" + t.Name()}
 	}
-	s := server.NewMCPServer("sandbox-mcp-test", "0",
-		server.WithToolCapabilities(false),
-		// The tools validate their own arguments (with messages that name
-		// the field); mcp-go's validator would answer first, less clearly.
-		server.WithOutputSchemaValidation(),
-		server.WithRecovery(),
-		server.WithToolHandlerMiddleware(func(next server.ToolHandlerFunc) server.ToolHandlerFunc {
-			return func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-				return next(WithWorkspace(ctx, ws), req)
-			}
-		}),
-	)
-	Register(s, tools)
-	c, err := client.NewInProcessClientWithOptions(s, client.WithProtocolVersion(mcp.ProtocolVersion20251125))
-	if err != nil {
-		t.Fatal(err)
-	}
+	d, s, c := newToolServer(t, m, opts.config, ws)
 	h := &harness{t: t, provider: p, manager: m, deps: d, server: s, client: c, ws: ws}
 	c.OnNotification(func(n mcp.JSONRPCNotification) {
 		h.mu.Lock()
 		h.notifications = append(h.notifications, n)
 		h.mu.Unlock()
 	})
-	ctx := context.Background()
-	if err := c.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	init := mcp.InitializeRequest{}
-	init.Params.ProtocolVersion = mcp.ProtocolVersion20251125
-	init.Params.ClientInfo = mcp.Implementation{Name: "harness", Version: "0"}
-	if _, err := c.Initialize(ctx, init); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
 	return h
 }
 
@@ -176,7 +144,7 @@ func resultText(res *mcp.CallToolResult) string {
 	return strings.Join(parts, "\n")
 }
 
-func decodeStructured(t *testing.T, res *mcp.CallToolResult, out any) {
+func decodeStructured(t testing.TB, res *mcp.CallToolResult, out any) {
 	t.Helper()
 	if out == nil {
 		return
@@ -193,7 +161,7 @@ func decodeStructured(t *testing.T, res *mcp.CallToolResult, out any) {
 // waitFor polls cond until it holds or the deadline passes. It is for
 // waiting on another process's progress (output appearing), never a
 // substitute for a synchronisation the test controls.
-func waitFor(t *testing.T, what string, cond func() bool) {
+func waitFor(t testing.TB, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for !cond() {
@@ -202,4 +170,43 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// newToolServer builds what newHarness builds (a real MCP server with every
+// tool over m, bound to workspace ws, and an in-process client) for any
+// testing.TB: benchmarks, and the "restarted server" of the process tests.
+func newToolServer(tb testing.TB, m *manage.Manager, cfg Config, ws Workspace) (*Deps, *server.MCPServer, *client.Client) {
+	tb.Helper()
+	d := NewDeps(m, cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	tools, err := Selected(d)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	s := server.NewMCPServer("sandbox-mcp-test", "0",
+		server.WithToolCapabilities(false),
+		server.WithOutputSchemaValidation(),
+		server.WithRecovery(),
+		server.WithToolHandlerMiddleware(func(next server.ToolHandlerFunc) server.ToolHandlerFunc {
+			return func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+				return next(WithWorkspace(ctx, ws), req)
+			}
+		}),
+	)
+	Register(s, tools)
+	c, err := client.NewInProcessClientWithOptions(s, client.WithProtocolVersion(mcp.ProtocolVersion20251125))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := c.Start(ctx); err != nil {
+		tb.Fatal(err)
+	}
+	init := mcp.InitializeRequest{}
+	init.Params.ProtocolVersion = mcp.ProtocolVersion20251125
+	init.Params.ClientInfo = mcp.Implementation{Name: "bench", Version: "0"}
+	if _, err := c.Initialize(ctx, init); err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { c.Close() })
+	return d, s, c
 }

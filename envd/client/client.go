@@ -138,6 +138,9 @@ func New(endpoint string, opts ...Option) (*Client, error) {
 		HTTP2: &http.HTTP2Config{
 			MaxReceiveBufferPerConnection: 16 << 20,
 			MaxReceiveBufferPerStream:     8 << 20,
+			// Let the daemon send whole output chunks (32 KiB messages) in
+			// one frame instead of two or three 16 KiB ones.
+			MaxReadFrameSize: 1 << 20,
 		},
 		Protocols: new(http.Protocols),
 	}

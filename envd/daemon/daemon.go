@@ -145,6 +145,7 @@ func (d *Daemon) Serve(ln net.Listener) error {
 			MaxReceiveBufferPerConnection: 16 << 20,
 			MaxReceiveBufferPerStream:     8 << 20,
 			MaxConcurrentStreams:          1000,
+			MaxReadFrameSize:              1 << 20,
 		},
 		ErrorLog: slog.NewLogLogger(d.log.Handler(), slog.LevelDebug),
 	}

@@ -128,7 +128,10 @@ func localChecks(ctx context.Context, cfg Config) []Check {
 		if caps.DropError != "" {
 			iso.Status = Warn
 			iso.Detail += fmt.Sprintf("; but it cannot run as an unprivileged host user, so sandbox files map to root: %s", caps.DropError)
-			iso.Fix = "make the state directory and the sandbox-mcp binary reachable by uid 65534 (chmod o+x on their parent directories), or run the server as a non-root user"
+			iso.Fix = caps.DropFix
+			if iso.Fix == "" {
+				iso.Fix = "make the state directory reachable by uid 65534 (chmod o+x on its parent directories), or run the server as a non-root user"
+			}
 		}
 	case caps.BwrapPath == "":
 		iso.Detail = "bubblewrap is not installed: sandboxes would run WITHOUT isolation"

@@ -124,9 +124,10 @@ func envdArgs(socket, root, tmp string, confine bool, extra map[string]string) [
 	return args
 }
 
-// bwrapArgs is the whole bwrap command line of a sandbox in dir. fd 3 is the
-// ready pipe (passed on to envd), 4 bwrap's info pipe, 5 its block pipe.
-func (p *Provider) bwrapArgs(id, dir string, cfg sandboxSpec) []string {
+// bwrapArgs is the whole bwrap command line of a sandbox in dir, running the
+// envd binary at envd. fd 3 is the ready pipe (passed on to envd), 4 bwrap's
+// info pipe, 5 its block pipe.
+func (p *Provider) bwrapArgs(id, dir, envd string, cfg sandboxSpec) []string {
 	args := namespaceArgs(id, cfg.network)
 	for _, kv := range sandboxEnv(insideWorkspace, "/tmp") {
 		args = append(args, "--setenv", kv[0], kv[1])
@@ -137,7 +138,7 @@ func (p *Provider) bwrapArgs(id, dir string, cfg sandboxSpec) []string {
 		"--bind", filepath.Join(dir, "workspace"), insideWorkspace,
 		"--bind", filepath.Join(dir, "tmp"), "/tmp",
 		"--bind", filepath.Join(dir, "run"), insideRun,
-		"--ro-bind", p.envdBinary, insideEnvd,
+		"--ro-bind", envd, insideEnvd,
 	)
 	if cfg.network {
 		args = append(args, resolvConfArgs()...)

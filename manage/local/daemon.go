@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -22,19 +23,25 @@ import (
 )
 
 // daemon is one running (or exited) envd of a sandbox, with the bwrap around
-// it when isolated.
+// it when isolated, started by this Provider.
 type daemon struct {
 	isolation string
 	cmd       *exec.Cmd
 	pid       int     // the process started: bwrap, or envd itself (none)
 	cg        *cgroup // nil without cgroups
+	dir       string  // the sandbox directory
+	record    daemonRecord
 	stderr    *tailBuffer
-	done      chan struct{} // closed once the daemon exited and was cleaned up
-	exitErr   error         // why it exited; set before done is closed
-
-	// stopped is true while paused with SIGSTOP (no freezer). Guarded by the
-	// sandbox's entry lock.
-	stopped bool
+	// lock is the sandbox's owner lock, held while the daemon runs and
+	// released by the waiter once it ended and was cleaned up.
+	lock     *os.File
+	done     chan struct{} // closed once the daemon exited and was cleaned up
+	released chan struct{} // closed after done, once the owner lock is released
+	exitErr  error         // why it exited; set before done is closed
+	endedAt  time.Time     // when the waiter saw it exit; set before done
+	// stopReason, when set before the daemon is killed, replaces the exit
+	// status in its detail ("daemon stopped: …").
+	stopReason atomic.Pointer[string]
 }
 
 // alive reports whether the daemon has not exited yet.
@@ -49,6 +56,9 @@ func (d *daemon) alive() bool {
 
 // exitDetail says in a few words why the daemon ended.
 func (d *daemon) exitDetail() string {
+	if r := d.stopReason.Load(); r != nil {
+		return "daemon stopped: " + *r
+	}
 	return "daemon exited: " + describeExit(d.exitErr, d.isolation)
 }
 
@@ -85,40 +95,36 @@ type sandboxSpec struct {
 }
 
 // startDaemon starts the envd of sandbox id in dir and returns once it is
-// listening. Nothing inside can run before its cgroup and rlimits are in
-// place: under bwrap the sandbox's first process is held on bwrap's block fd
-// until both of bwrap's processes were moved into the cgroup and the rlimits
-// set; without bwrap envd is the only process and it starts nothing before a
+// listening. lock is the sandbox's owner lock, held by the caller; the daemon
+// keeps it while it runs, and on error it is released before startDaemon
+// returns (unless ctx ended first: then shortly after). The caller holds the
+// sandbox's op.lock exclusively, so no other Provider acts on the sandbox
+// meanwhile.
+//
+// Nothing inside can run before its cgroup and rlimits are in place: under
+// bwrap the sandbox's first process is held on bwrap's block fd until both
+// of bwrap's processes were moved into the cgroup and the rlimits set;
+// without bwrap envd is the only process and it starts nothing before a
 // client asks, which only happens after it reported ready.
-func (p *Provider) startDaemon(ctx context.Context, id, dir string, spec sandboxSpec) (_ *daemon, err error) {
+func (p *Provider) startDaemon(ctx context.Context, id, dir string, spec sandboxSpec, lock *os.File) (_ *daemon, err error) {
+	lockHeld := true
+	defer func() {
+		if lockHeld {
+			_ = lock.Close()
+		}
+	}()
 	if err := ctx.Err(); err != nil {
 		return nil, ctxError("start sandbox "+id, err)
 	}
-	setupStart := time.Now()
 	var held time.Duration // until bwrap held the sandbox before exec
-	var cg *cgroup
-	if p.cgroups != nil {
-		// A cgroup left by a previous server (its daemon died with it, but
-		// unisolated processes may live on) is emptied and replaced.
-		if old := p.cgroups.open(id); old.exists() {
-			if err := old.remove(ctx); err != nil {
-				return nil, connect.NewError(connect.CodeInternal, fmt.Errorf("sandbox %s: %w", id, err))
-			}
-		}
-		cg, err = p.cgroups.create(id, cgroupLimits{memoryBytes: spec.memory, cpus: spec.cpus, pids: spec.pids})
-		if err != nil {
-			return nil, connect.NewError(connect.CodeInternal, fmt.Errorf("sandbox %s: %w", id, err))
+	var envdPath string
+	if p.isolation == IsolationBwrap {
+		if envdPath, err = p.envd.path(); err != nil {
+			return nil, connect.NewError(connect.CodeInternal, fmt.Errorf("start sandbox %s: %w", id, err))
 		}
 	}
-	cleanupCgroup := func() {
-		if cg != nil {
-			_ = cg.remove(context.Background())
-		}
-	}
-
 	readyR, readyW, err := os.Pipe()
 	if err != nil {
-		cleanupCgroup()
 		return nil, connect.NewError(connect.CodeInternal, err)
 	}
 	defer func() { _ = readyR.Close() }()
@@ -129,7 +135,10 @@ func (p *Provider) startDaemon(ctx context.Context, id, dir string, spec sandbox
 		}
 	}()
 
-	d := &daemon{isolation: p.isolation, cg: cg, stderr: newTailBuffer(8 << 10), done: make(chan struct{})}
+	d := &daemon{
+		isolation: p.isolation, dir: dir, lock: lock, stderr: newTailBuffer(8 << 10),
+		done: make(chan struct{}), released: make(chan struct{}),
+	}
 	var cmd *exec.Cmd
 	var infoR, blockW *os.File
 	if p.isolation == IsolationBwrap {
@@ -142,13 +151,12 @@ func (p *Provider) startDaemon(ctx context.Context, id, dir string, spec sandbox
 			}
 		}
 		if err != nil {
-			cleanupCgroup()
 			return nil, connect.NewError(connect.CodeInternal, err)
 		}
 		if p.prlimit {
-			cmd = exec.Command(p.bwrapPath, p.bwrapArgs(id, dir, spec)...)
+			cmd = exec.Command(p.bwrapPath, p.bwrapArgs(id, dir, envdPath, spec)...)
 		} else {
-			cmd = exec.Command("/bin/sh", rlimitArgs(spec, p.bwrapPath, p.bwrapArgs(id, dir, spec))...)
+			cmd = exec.Command("/bin/sh", rlimitArgs(spec, p.bwrapPath, p.bwrapArgs(id, dir, envdPath, spec))...)
 		}
 		cmd.ExtraFiles = []*os.File{readyW, infoW, blockR}
 		cmd.Dir = "/"
@@ -161,7 +169,7 @@ func (p *Provider) startDaemon(ctx context.Context, id, dir string, spec sandbox
 		// Go programs restore the NOFILE soft limit they started with in
 		// every child they spawn, so a limit set on envd once it runs would
 		// not reach its children: envd must start with it.
-		cmd = exec.Command("/bin/sh", rlimitArgs(spec, p.envdBinary, envdArgs(filepath.Join(dir, "run", "envd.sock"), ws, filepath.Join(dir, "tmp"), true, spec.env))...)
+		cmd = exec.Command("/bin/sh", rlimitArgs(spec, p.envd.source, envdArgs(filepath.Join(dir, "run", "envd.sock"), ws, filepath.Join(dir, "tmp"), true, spec.env))...)
 		cmd.ExtraFiles = []*os.File{readyW}
 		cmd.Dir = ws
 		for _, kv := range sandboxEnv(ws, filepath.Join(dir, "tmp")) {
@@ -176,10 +184,33 @@ func (p *Provider) startDaemon(ctx context.Context, id, dir string, spec sandbox
 	cmd.WaitDelay = time.Second
 	began := time.Now()
 	if err := cmd.Start(); err != nil {
-		cleanupCgroup()
 		return nil, connect.NewError(connect.CodeInternal, fmt.Errorf("start sandbox %s: %w", id, err))
 	}
 	d.cmd, d.pid = cmd, cmd.Process.Pid
+	// The cgroup is made while bwrap builds the namespaces (nothing of the
+	// sandbox runs before it is placed in it, see above).
+	cg, err := p.sandboxCgroup(ctx, id, spec)
+	if err != nil {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		return nil, connect.NewError(connect.CodeInternal, fmt.Errorf("sandbox %s: %w", id, err))
+	}
+	d.cg = cg
+	d.record = daemonRecord{
+		OwnerPID: os.Getpid(), PID: d.pid, PIDStart: procStart(d.pid), Isolation: d.isolation,
+		StartedAt: began.UTC(),
+	}
+	if cg != nil {
+		d.record.CgroupDirs, d.record.Freezer, d.record.CgroupV2 = cg.dirs, cg.freezer, cg.v2
+	}
+	// Other Providers on this state directory learn from the record how to
+	// reach the daemon's processes. Written before the waiter starts, so
+	// that its record of the end always comes later.
+	if err := writeRecord(dir, d.record); err != nil {
+		p.log.Warn("could not record a sandbox daemon for other processes", "id", id, "error", err)
+	}
+	// From here on the waiter releases the owner lock.
+	lockHeld = false
 	// The child holds its own copies now; closing ours lets EOF on the ready
 	// pipe mean "every process that could write it is gone".
 	for _, f := range closeLater {
@@ -195,7 +226,12 @@ func (p *Provider) startDaemon(ctx context.Context, id, dir string, spec sandbox
 
 	fail := func(what string, err error) (*daemon, error) {
 		// The waiter finishes the cleanup should ctx end first.
-		_ = p.stopDaemon(ctx, d)
+		if serr := p.stopDaemon(ctx, d); serr == nil {
+			select {
+			case <-d.released:
+			case <-ctx.Done():
+			}
+		}
 		if ctx.Err() != nil {
 			return nil, ctxError("start sandbox "+id, ctx.Err())
 		}
@@ -230,8 +266,24 @@ func (p *Provider) startDaemon(ctx context.Context, id, dir string, spec sandbox
 		return fail("envd did not start", p.startFailure(ctx, d, err))
 	}
 	p.log.Debug("sandbox daemon started", "id", id, "pid", d.pid, "isolation", d.isolation,
-		"setup", began.Sub(setupStart), "namespaces", held, "ready", time.Since(began))
+		"namespaces", held, "ready", time.Since(began))
 	return d, nil
+}
+
+// sandboxCgroup makes sandbox id's cgroup (nil without cgroups). A cgroup
+// left by a previous server (its daemon died with it, but unisolated
+// processes may live on) is emptied and replaced. No other Provider runs the
+// sandbox: the caller holds its owner lock.
+func (p *Provider) sandboxCgroup(ctx context.Context, id string, spec sandboxSpec) (*cgroup, error) {
+	if p.cgroups == nil {
+		return nil, nil
+	}
+	if old := p.cgroups.open(id); old.exists() {
+		if err := old.remove(ctx); err != nil {
+			return nil, err
+		}
+	}
+	return p.cgroups.create(id, cgroupLimits{memoryBytes: spec.memory, cpus: spec.cpus, pids: spec.pids})
 }
 
 // processGone reports whether err means the process operated on no longer
@@ -265,7 +317,9 @@ func (p *Provider) startFailure(ctx context.Context, d *daemon, cause error) err
 
 // wait reaps the daemon, records why it ended, kills whatever is left of the
 // sandbox (an unisolated envd's children outlive it) and removes its cgroup,
-// then closes done.
+// then closes done and releases the owner lock: the cgroup is named after
+// the sandbox, so it must be gone before another Provider may start the
+// sandbox again and make a new one.
 func (d *daemon) wait() {
 	err := d.cmd.Wait()
 	if d.isolation != IsolationBwrap {
@@ -274,18 +328,31 @@ func (d *daemon) wait() {
 	if d.cg != nil {
 		_ = d.cg.remove(context.Background())
 	}
-	d.exitErr = err
+	d.exitErr, d.endedAt = err, time.Now()
+	rec := d.record
+	rec.EndedAt, rec.Exit = d.endedAt.UTC(), d.exitDetail()
+	// Fails harmlessly when the directory was killed.
+	_ = writeRecord(d.dir, rec)
 	close(d.done)
+	_ = d.lock.Close()
+	close(d.released)
 }
 
 // stopDaemon kills the sandbox's processes and waits for the daemon to be
-// reaped, until ctx ends.
-func (p *Provider) stopDaemon(ctx context.Context, d *daemon) error {
+// reaped, until ctx ends. reason, when not empty, is what the sandbox's
+// detail says afterwards ("daemon stopped: reason").
+func (p *Provider) stopDaemon(ctx context.Context, d *daemon, reason ...string) error {
 	if !d.alive() {
 		return nil
 	}
+	if len(reason) > 0 {
+		d.stopReason.CompareAndSwap(nil, &reason[0])
+	}
 	if d.cg != nil {
 		d.cg.kill()
+	} else if d.isolation != IsolationBwrap {
+		// envd starts commands in process groups of their own.
+		killTree(d.pid)
 	}
 	// bwrap's sandbox dies with it: its pid 1 has bwrap as parent-death
 	// signal source, and the pid namespace ends with its pid 1.

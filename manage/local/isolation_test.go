@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"connectrpc.com/connect"
 
@@ -338,8 +339,11 @@ func TestStateDirUnreachableByTheSandboxUser(t *testing.T) {
 	logs := &logBuffer{}
 	p := needBwrap(t, Config{StateDir: filepath.Join(private, "state"), Logger: slog.New(slog.NewTextHandler(logs, nil))})
 	caps := p.Capabilities()
-	if caps.DropError == "" || caps.SandboxUID != 0 || p.cred != nil {
-		t.Errorf("Capabilities = %+v; want a DropError and sandbox uid 0", caps)
+	if !strings.Contains(caps.DropError, private) || !strings.Contains(caps.DropFix, "chmod o+x "+private) || caps.SandboxUID != 0 || p.cred != nil {
+		t.Errorf("Capabilities = %+v; want a DropError and DropFix naming %s, and sandbox uid 0", caps, private)
+	}
+	if pc := Probe(context.Background(), Config{StateDir: filepath.Join(private, "state"), EnvdBinary: envdBinary}); pc.DropError != caps.DropError || pc.DropFix != caps.DropFix {
+		t.Errorf("Probe = %+v; want the same DropError and DropFix as New", pc)
 	}
 	if !strings.Contains(logs.String(), "level=WARN") || !strings.Contains(logs.String(), "maps to the server's uid") {
 		t.Errorf("no warning about the root mapping:\n%s", logs)
@@ -347,5 +351,119 @@ func TestStateDirUnreachableByTheSandboxUser(t *testing.T) {
 	sb := create(t, p, manage.SandboxConfig{})
 	if got := shOK(t, connectTo(t, p, sb.ID), "id -u"); got != "1000" {
 		t.Errorf("uid inside: %q", got)
+	}
+}
+
+func TestUnreachableBinaryIsCopied(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("only a root server runs bwrap as another user")
+	}
+	needBinary(t)
+	// The binary under a directory the sandbox user cannot search (like
+	// /root/go/bin); the state directory under an ordinary 0755 one, made
+	// 0700 by whoever came first (the workspace store does that).
+	private, err := os.MkdirTemp(testRoot, "private")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(private, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(private, "sandbox-mcp")
+	copyFile(t, envdBinary, bin)
+	parent, err := os.MkdirTemp(testRoot, "public")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(parent, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	stateDir := filepath.Join(parent, "state")
+	if err := os.Mkdir(stateDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	binDir := filepath.Join(stateDir, "bin")
+	if err := os.Mkdir(binDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	// Copies of other versions: one unused for long, one recent.
+	stale, recent := filepath.Join(binDir, copyPrefix+"0000000000000000"), filepath.Join(binDir, copyPrefix+"1111111111111111")
+	for _, f := range []string{stale, recent} {
+		if err := os.WriteFile(f, []byte("#!/bin/sh\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	old := time.Now().Add(-2 * staleCopyAge)
+	if err := os.Chtimes(stale, old, old); err != nil {
+		t.Fatal(err)
+	}
+
+	logs := &logBuffer{}
+	p := needBwrap(t, Config{StateDir: stateDir, EnvdBinary: bin, Logger: slog.New(slog.NewTextHandler(logs, nil))})
+	caps := p.Capabilities()
+	if caps.DropError != "" || caps.SandboxUID != defaultHostID || p.cred == nil {
+		t.Fatalf("Capabilities = %+v; want bwrap as uid %d without a DropError", caps, defaultHostID)
+	}
+	if strings.Contains(logs.String(), "level=WARN") {
+		t.Errorf("New warned:\n%s", logs)
+	}
+	want, err := copyPath(binDir, bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if caps.EnvdBinary != want {
+		t.Errorf("EnvdBinary = %q, want the copy %q", caps.EnvdBinary, want)
+	}
+	for path, mode := range map[string]os.FileMode{stateDir: 0o711, filepath.Join(stateDir, "sandboxes"): 0o711, binDir: 0o711, want: 0o755} {
+		if fi, err := os.Stat(path); err != nil || fi.Mode().Perm() != mode {
+			t.Errorf("%s: %v, %v; want mode %04o", path, fi.Mode(), err, mode)
+		}
+	}
+	if _, err := os.Stat(stale); !os.IsNotExist(err) {
+		t.Errorf("the stale copy is still there: %v", err)
+	}
+	if _, err := os.Stat(recent); err != nil {
+		t.Errorf("a recent copy of another version was removed: %v", err)
+	}
+
+	sb := create(t, p, manage.SandboxConfig{})
+	c := connectTo(t, p, sb.ID)
+	if got := shOK(t, c, "id -u; echo x > owned"); got != "1000" {
+		t.Errorf("uid inside: %q", got)
+	}
+	if fi, err := os.Stat(filepath.Join(p.Dir(sb.ID), "workspace", "owned")); err != nil || ownerUID(fi) != defaultHostID {
+		t.Errorf("a file the sandbox made: %v, owner %d; want owner %d", err, ownerUID(fi), defaultHostID)
+	}
+
+	// Another Provider reuses the copy; one removed meanwhile comes back.
+	p2 := needBwrap(t, Config{StateDir: stateDir, EnvdBinary: bin})
+	if p2.Capabilities().EnvdBinary != want {
+		t.Errorf("second Provider runs %q, want %q", p2.Capabilities().EnvdBinary, want)
+	}
+	if err := os.Remove(want); err != nil {
+		t.Fatal(err)
+	}
+	shOK(t, c, "true") // the running sandbox keeps its bound copy
+	sb2 := create(t, p2, manage.SandboxConfig{})
+	shOK(t, connectTo(t, p2, sb2.ID), "true")
+	if _, err := os.Stat(want); err != nil {
+		t.Errorf("the copy was not installed again: %v", err)
+	}
+
+	// doctor's Probe names the copy without a DropError.
+	if pc := Probe(context.Background(), Config{StateDir: stateDir, EnvdBinary: bin}); pc.DropError != "" || pc.EnvdBinary != want || !pc.BwrapUsable {
+		t.Errorf("Probe = %+v", pc)
+	}
+}
+
+// copyFile copies src to dst with mode 0755.
+func copyFile(t *testing.T, src, dst string) {
+	t.Helper()
+	data, err := os.ReadFile(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(dst, data, 0o755); err != nil {
+		t.Fatal(err)
 	}
 }

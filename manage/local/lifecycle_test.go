@@ -267,9 +267,6 @@ func TestStoppedSandboxResumes(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.Disconnect()
-	if _, err := needBwrapNew(stateDir); err == nil {
-		t.Errorf("a second provider on a state directory in use started")
-	}
 
 	// A server restart: the daemons die, the directories stay.
 	if err := p1.Close(testCtx(t)); err != nil {
@@ -282,8 +279,9 @@ func TestStoppedSandboxResumes(t *testing.T) {
 
 	p2 := newProvider(t, Config{StateDir: stateDir, Isolation: IsolationBwrap})
 	info, err := p2.Info(testCtx(t), sb.ID)
-	if err != nil || info.State != manage.StateStopped || info.Detail != "no daemon running" || !info.CreatedAt.Equal(sb.CreatedAt) {
-		t.Errorf("Info after restart = %+v, %v; want stopped, created %v", info, err, sb.CreatedAt)
+	if err != nil || info.State != manage.StateStopped || info.Detail != "daemon stopped: the sandbox-mcp process that ran it closed" ||
+		!info.CreatedAt.Equal(sb.CreatedAt) || info.EndedAt.IsZero() {
+		t.Errorf("Info after restart = %+v, %v; want stopped by Close, created %v, with an end time", info, err, sb.CreatedAt)
 	}
 	list, err := p2.List(testCtx(t))
 	if err != nil || len(list) != 1 || list[0].ID != sb.ID || list[0].State != manage.StateStopped {
@@ -306,11 +304,6 @@ func TestStoppedSandboxResumes(t *testing.T) {
 	if out := shOK(t, c2, "ps -e -o comm="); strings.Contains(out, "sleep") {
 		t.Errorf("a process from before the restart runs:\n%s", out)
 	}
-}
-
-// needBwrapNew tries New on stateDir without registering a cleanup.
-func needBwrapNew(stateDir string) (*Provider, error) {
-	return New(context.Background(), Config{StateDir: stateDir, EnvdBinary: envdBinary})
 }
 
 func TestLimits(t *testing.T) {
@@ -606,5 +599,31 @@ func TestConcurrentUse(t *testing.T) {
 	}
 	if list, err := p.List(testCtx(t)); err != nil || len(list) != 0 {
 		t.Errorf("List after killing all = %+v, %v", list, err)
+	}
+}
+
+func TestNewRemovesUnfinishedCreates(t *testing.T) {
+	needBinary(t)
+	stateDir := newStateDir(t)
+	sandboxes := filepath.Join(stateDir, "sandboxes")
+	stale, fresh := filepath.Join(sandboxes, newDirPrefix+"lstale"), filepath.Join(sandboxes, newDirPrefix+"lfresh")
+	for _, dir := range []string{stale, fresh} {
+		if err := os.MkdirAll(filepath.Join(dir, "workspace"), 0o711); err != nil {
+			t.Fatal(err)
+		}
+	}
+	old := time.Now().Add(-2 * staleNewDirAge)
+	if err := os.Chtimes(stale, old, old); err != nil {
+		t.Fatal(err)
+	}
+	p := newProvider(t, Config{StateDir: stateDir, Isolation: IsolationNone})
+	if err := p.Close(testCtx(t)); err != nil { // waits for the background removal
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(stale); !os.IsNotExist(err) {
+		t.Errorf("an unfinished create from long ago is still there: %v", err)
+	}
+	if _, err := os.Stat(fresh); err != nil {
+		t.Errorf("a create in progress elsewhere was removed: %v", err)
 	}
 }

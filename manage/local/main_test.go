@@ -299,21 +299,6 @@ type sandboxProc struct {
 	start string
 }
 
-// procStart returns the start time of pid (field 22 of /proc/pid/stat), or ""
-// when it is gone.
-func procStart(pid int) string {
-	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return ""
-	}
-	s := string(data)
-	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-	if len(f) < 20 {
-		return ""
-	}
-	return f[19]
-}
-
 // snapshot records pids with their start times.
 func snapshot(pids []int) []sandboxProc {
 	var out []sandboxProc

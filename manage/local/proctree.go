@@ -120,3 +120,16 @@ func stopTree(ctx context.Context, root int) error {
 		}
 	}
 }
+
+// killTree kills root and all its descendants, for processes no cgroup
+// holds. The tree is stopped first so that nothing forks between the walk
+// and the kill; processes that put themselves in new process groups or
+// sessions are found all the same, as long as root still runs.
+func killTree(root int) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	_ = stopTree(ctx, root)
+	for _, pid := range descendants(root) {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
+}

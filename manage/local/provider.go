@@ -9,6 +9,13 @@
 //	run/         envd.sock, the daemon's socket
 //	sandbox.json id, creation time and configuration, so the sandbox is
 //	             found again after a restart
+//	owner.lock, op.lock, daemon.json
+//	             who runs the sandbox's daemon, see below and ownership.go
+//
+// The sandbox directory and everything in it but workspace, tmp and run
+// belong to the server; those three belong to the sandbox's host user.
+// <StateDir>/bin holds a copy of the envd binary when that user cannot reach
+// the original (see binary.go).
 //
 // Under bwrap the daemon runs in new user, pid, ipc, uts, mount, cgroup and
 // (unless the sandbox has network) network namespaces as uid 1000, sees the
@@ -31,8 +38,17 @@
 // exits while locked to it, which this package never does. A server that
 // does so elsewhere would see sandboxes die with that thread.
 //
-// One Provider owns a state directory at a time (an advisory lock enforces
-// it); Close releases it.
+// Several Providers, in one process or in several sandbox-mcp processes, may
+// share a state directory. Each sandbox belongs to the Provider that runs
+// its daemon, which holds a lock in the sandbox directory for as long as the
+// daemon runs (see ownership.go). Another Provider sees such a sandbox
+// running or paused, can reach its envd (the unix socket is open to every
+// process of the user), and never restarts or reaps it. It can resume it
+// (thaw the cgroup freezer, or SIGCONT its process tree) and kill it (an
+// explicit request to destroy it), but not pause it, since its owner may be
+// using it. A sandbox whose lock is free runs nothing (its daemon died with
+// its server): it is stopped, and the first Provider to Resume it becomes
+// its owner.
 package local
 
 import (
@@ -106,9 +122,11 @@ type Config struct {
 	BwrapPath string
 	// HostUID and HostGID are the host user and group bwrap runs as when the
 	// server runs as root, so uid 1000 inside maps to them rather than to
-	// root. 0 means 65534 (nobody); -1 keeps root. They need to reach the
-	// state directory and EnvdBinary (search permission on every parent);
-	// when they cannot, sandboxes run as root's uid with a warning.
+	// root. 0 means 65534 (nobody); -1 keeps root. They need search
+	// permission on every parent of the state directory (the state and
+	// sandboxes directories themselves are made 0711); when they lack it,
+	// sandboxes run as root's uid with a warning. An EnvdBinary they cannot
+	// reach is copied into StateDir/bin.
 	HostUID, HostGID int
 	// Cgroups selects the cgroup hierarchy: auto (default: v1 controllers
 	// where mounted, else v2), v1, v2 or off. An explicit version that is
@@ -142,8 +160,13 @@ type Capabilities struct {
 	// bwrap sandbox map to.
 	SandboxUID, SandboxGID int
 	// DropError, for a server running as root, is why bwrap could not run
-	// as Config.HostUID, so sandboxes map to root's uid instead.
-	DropError string
+	// as Config.HostUID, so sandboxes map to root's uid instead; DropFix
+	// says what would let it (when known).
+	DropError, DropFix string
+	// EnvdBinary is the binary bwrap sandboxes run: Config.EnvdBinary, or
+	// its copy in StateDir/bin when the sandbox user cannot reach it (Probe
+	// names the copy without installing it).
+	EnvdBinary string
 	// CgroupVersion is 1 or 2, or 0 when sandboxes get no cgroup.
 	CgroupVersion int
 	// CgroupError is why sandboxes get no cgroup.
@@ -156,13 +179,13 @@ type Capabilities struct {
 }
 
 // Provider is the local sandbox provider. It is safe for concurrent use;
-// operations on one sandbox are serialised, different sandboxes proceed in
-// parallel.
+// operations on one sandbox are serialised (across Providers and processes
+// too, by the sandbox's op.lock), different sandboxes proceed in parallel.
 type Provider struct {
 	log          *slog.Logger
 	stateDir     string
 	sandboxesDir string
-	envdBinary   string
+	envd         *envdExecutable
 	bwrapPath    string
 	isolation    string
 	cred         *syscall.Credential // bwrap's user; nil: the server's own
@@ -174,7 +197,6 @@ type Provider struct {
 	cgroups      *cgroups
 	caps         Capabilities
 	limits       manage.Limits // resolved defaults
-	lock         *os.File      // flock on the state directory
 
 	bg sync.WaitGroup // background removals
 
@@ -199,9 +221,9 @@ type metadata struct {
 }
 
 // New checks the state directory, probes bwrap and cgroups, and returns a
-// provider. It fails when StateDir is not writable, when Isolation is bwrap
-// and bwrap does not work (quoting bwrap's error), or when another Provider
-// holds the state directory.
+// provider. It fails when StateDir is not writable or when Isolation is bwrap
+// and bwrap does not work (quoting bwrap's error). Other Providers may use
+// the same state directory at the same time.
 func New(ctx context.Context, cfg Config) (*Provider, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
@@ -212,28 +234,30 @@ func New(ctx context.Context, cfg Config) (*Provider, error) {
 		log:          log,
 		stateDir:     cfg.StateDir,
 		sandboxesDir: filepath.Join(cfg.StateDir, "sandboxes"),
-		envdBinary:   cfg.EnvdBinary,
+		envd:         &envdExecutable{source: cfg.EnvdBinary, current: cfg.EnvdBinary},
 		owner:        [2]int{-1, -1},
 		entries:      map[string]*entry{},
 	}
-	if err := p.prepareStateDir(); err != nil {
+	if err := p.prepareStateDir(dropsPrivileges(cfg)); err != nil {
 		return nil, err
 	}
 	closeInheritedFDsOnExec()
-	if err := p.lockStateDir(); err != nil {
-		return nil, err
-	}
-	ok := false
-	defer func() {
-		if !ok {
-			_ = p.lock.Close()
-		}
-	}()
 	if _, err := os.Stat(cfg.EnvdBinary); err != nil {
 		return nil, fmt.Errorf("local provider: envd binary: %w", err)
 	}
+	r := reach{envd: cfg.EnvdBinary}
+	if cfg.Isolation != IsolationNone {
+		if r, err = checkReach(cfg, true); err != nil {
+			return nil, fmt.Errorf("local provider: %w", err)
+		}
+	}
+	if r.envd != cfg.EnvdBinary {
+		p.envd.binDir, p.envd.current = filepath.Dir(r.envd), r.envd
+		log.Debug("the sandbox user cannot reach the envd binary; sandboxes run a copy in the state directory",
+			"binary", cfg.EnvdBinary, "copy", r.envd, "reason", r.envdErr)
+	}
 
-	caps, cg, cred := probe(ctx, cfg, p.sandboxesDir)
+	caps, cg, cred := probe(ctx, cfg, p.sandboxesDir, r)
 	if caps.CgroupError != "" && (cfg.Cgroups == CgroupsV1 || cfg.Cgroups == CgroupsV2) {
 		return nil, fmt.Errorf("local provider: cgroups %s requested but not available: %s", cfg.Cgroups, caps.CgroupError)
 	}
@@ -260,7 +284,7 @@ func New(ctx context.Context, cfg Config) (*Provider, error) {
 			p.owner = [2]int{int(cred.Uid), int(cred.Gid)}
 		} else if caps.DropError != "" {
 			log.Warn("bwrap cannot run as the unprivileged host user; sandbox uid 1000 maps to the server's uid (root)",
-				"host_uid", cfg.HostUID, "error", caps.DropError)
+				"host_uid", cfg.HostUID, "error", caps.DropError, "fix", caps.DropFix)
 		}
 	}
 	if caps.CgroupError != "" {
@@ -287,8 +311,61 @@ func New(ctx context.Context, cfg Config) (*Provider, error) {
 	p.removeTrash()
 	log.Debug("local provider ready", "state_dir", p.stateDir, "isolation", p.isolation, "bwrap", caps.BwrapVersion,
 		"sandbox_uid", caps.SandboxUID, "cgroup_version", caps.CgroupVersion, "freezer", caps.Freezer)
-	ok = true
 	return p, nil
+}
+
+// dropsPrivileges reports whether bwrap is to run as an unprivileged host
+// user (a root server with HostUID and HostGID not -1).
+func dropsPrivileges(cfg Config) bool {
+	return os.Geteuid() == 0 && cfg.HostUID >= 0 && cfg.HostGID >= 0
+}
+
+// reach is whether the unprivileged sandbox user reaches what bwrap binds.
+type reach struct {
+	// stateErr is why it cannot reach the state directory (nil: it can, or
+	// there is no unprivileged user).
+	stateErr error
+	// envd is the binary to bind: EnvdBinary, or its copy in the state
+	// directory; envdErr is why EnvdBinary itself is out of reach.
+	envd    string
+	envdErr error
+}
+
+// checkReach finds out whether the sandbox user can reach the state
+// directory and the envd binary. With install, a binary it cannot reach is
+// copied into StateDir/bin (and old copies removed); without, the copy is
+// only named. An error means the copy could not be made.
+func checkReach(cfg Config, install bool) (reach, error) {
+	r := reach{envd: cfg.EnvdBinary}
+	if !dropsPrivileges(cfg) {
+		return r, nil
+	}
+	// The state directory itself is made searchable by prepareStateDir.
+	if r.stateErr = unreachable(cfg.StateDir, cfg.HostUID, cfg.HostGID, false); r.stateErr != nil {
+		// A copy under an unreachable state directory helps nothing.
+		return r, nil
+	}
+	if r.envdErr = unreachable(cfg.EnvdBinary, cfg.HostUID, cfg.HostGID, true); r.envdErr == nil {
+		return r, nil
+	}
+	binDir := filepath.Join(cfg.StateDir, "bin")
+	if !install {
+		path, err := copyPath(binDir, cfg.EnvdBinary)
+		if err != nil {
+			return r, fmt.Errorf("envd binary: %w", err)
+		}
+		r.envd = path
+		return r, nil
+	}
+	path, err := installCopy(binDir, cfg.EnvdBinary)
+	if err != nil {
+		return r, fmt.Errorf("install a copy of the envd binary %s in %s: %w", cfg.EnvdBinary, binDir, err)
+	}
+	// Searchable, not listable, whoever made it.
+	_ = os.Chmod(binDir, 0o711)
+	removeOldCopies(binDir, path)
+	r.envd = path
+	return r, nil
 }
 
 func (cfg Config) withDefaults() (Config, error) {
@@ -378,16 +455,34 @@ func resolveDefaults(lim manage.Limits) manage.Limits {
 	return lim
 }
 
-// prepareStateDir creates the state and sandboxes directories (searchable by
-// the unprivileged sandbox user, listable only by the server) and checks they
-// are writable.
-func (p *Provider) prepareStateDir() error {
+// prepareStateDir creates the state and sandboxes directories and checks
+// they are writable. With drop (bwrap runs as an unprivileged host user) they
+// are made searchable by that user, not listable: 0711 for sandboxes, and
+// search permission added for the state directory, which another component
+// (the workspace store) may have created 0700.
+func (p *Provider) prepareStateDir(drop bool) error {
 	for _, dir := range []string{p.stateDir, p.sandboxesDir} {
 		if err := os.Mkdir(dir, 0o711); err != nil && !errors.Is(err, fs.ErrExist) {
 			if errors.Is(err, fs.ErrNotExist) {
 				err = os.MkdirAll(dir, 0o711)
 			}
 			if err != nil {
+				return fmt.Errorf("local provider: state directory %s: %w", dir, err)
+			}
+		}
+		if !drop {
+			continue
+		}
+		fi, err := os.Stat(dir)
+		if err != nil {
+			return fmt.Errorf("local provider: state directory %s: %w", dir, err)
+		}
+		want := fi.Mode().Perm() | 0o011
+		if dir == p.sandboxesDir {
+			want = 0o711
+		}
+		if fi.Mode().Perm() != want {
+			if err := os.Chmod(dir, want); err != nil {
 				return fmt.Errorf("local provider: state directory %s: %w", dir, err)
 			}
 		}
@@ -401,45 +496,35 @@ func (p *Provider) prepareStateDir() error {
 	return nil
 }
 
-// lockStateDir takes the advisory lock that makes this Provider the only one
-// on the state directory.
-func (p *Provider) lockStateDir() error {
-	f, err := os.OpenFile(filepath.Join(p.sandboxesDir, ".lock"), os.O_RDWR|os.O_CREATE, 0o600)
-	if err != nil {
-		return fmt.Errorf("local provider: state directory %s: %w", p.stateDir, err)
-	}
-	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
-		_ = f.Close()
-		if errors.Is(err, unix.EWOULDBLOCK) {
-			return fmt.Errorf("local provider: state directory %s is in use by another provider (sandbox-mcp process)", p.stateDir)
-		}
-		return fmt.Errorf("local provider: lock state directory %s: %w", p.stateDir, err)
-	}
-	p.lock = f
-	return nil
-}
-
 // Probe reports what works on this machine for cfg: bwrap (run once with
 // every namespace a sandbox uses), the user it can run as, and cgroups. It
-// creates the parent cgroups (Config.CgroupName) when it can. For doctor.
+// creates the parent cgroups (Config.CgroupName) when it can, and nothing
+// else. For doctor.
 func Probe(ctx context.Context, cfg Config) Capabilities {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
 		return Capabilities{BwrapError: err.Error(), CgroupError: err.Error()}
 	}
 	sandboxes := filepath.Join(cfg.StateDir, "sandboxes")
-	if _, err := os.Stat(sandboxes); err != nil {
-		sandboxes = ""
+	for _, dir := range []string{cfg.StateDir, sandboxes} {
+		if fi, err := os.Stat(dir); err != nil || (dropsPrivileges(cfg) && !permits(fi, cfg.HostUID, cfg.HostGID, 0o1)) {
+			// Made (searchable) when a Provider starts.
+			sandboxes = ""
+		}
 	}
-	caps, _, _ := probe(ctx, cfg, sandboxes)
+	r, err := checkReach(cfg, false)
+	if err != nil {
+		r.envd = cfg.EnvdBinary
+	}
+	caps, _, _ := probe(ctx, cfg, sandboxes, r)
 	return caps
 }
 
 // probe finds bwrap, runs it, and detects cgroups. sandboxes, when not empty,
-// is bound into the probe sandbox (with the envd binary) to check the
-// unprivileged host user can reach them.
-func probe(ctx context.Context, cfg Config, sandboxes string) (Capabilities, *cgroups, *syscall.Credential) {
-	caps := Capabilities{SandboxUID: os.Geteuid(), SandboxGID: os.Getegid()}
+// is bound into the probe sandbox, with the envd binary sandboxes run, to
+// check the unprivileged host user can reach them.
+func probe(ctx context.Context, cfg Config, sandboxes string, r reach) (Capabilities, *cgroups, *syscall.Credential) {
+	caps := Capabilities{SandboxUID: os.Geteuid(), SandboxGID: os.Getegid(), EnvdBinary: r.envd}
 	var cred *syscall.Credential
 	if path, err := exec.LookPath(cfg.BwrapPath); err != nil {
 		caps.BwrapError = fmt.Sprintf("%v: %v", errBwrapMissing, err)
@@ -449,24 +534,30 @@ func probe(ctx context.Context, cfg Config, sandboxes string) (Capabilities, *cg
 		var extra []string
 		if sandboxes != "" {
 			extra = []string{"--ro-bind", sandboxes, "/.probe/sandboxes"}
-			if _, err := os.Stat(cfg.EnvdBinary); err == nil {
-				extra = append(extra, "--ro-bind", cfg.EnvdBinary, "/.probe/envd")
-			}
 		}
-		if os.Geteuid() == 0 && cfg.HostUID >= 0 && cfg.HostGID >= 0 {
-			c := &syscall.Credential{Uid: uint32(cfg.HostUID), Gid: uint32(cfg.HostGID), Groups: []uint32{}}
-			if r := probeBwrap(ctx, caps.BwrapPath, c, extra); r.ok {
-				caps.BwrapUsable, cred = true, c
-				caps.SandboxUID, caps.SandboxGID = cfg.HostUID, cfg.HostGID
+		if _, err := os.Stat(r.envd); err == nil {
+			extra = append(extra, "--ro-bind", r.envd, "/.probe/envd")
+		}
+		if dropsPrivileges(cfg) {
+			if r.stateErr != nil {
+				caps.DropError = fmt.Sprintf("the sandbox user (uid %d) cannot reach the state directory %s: %v", cfg.HostUID, cfg.StateDir, r.stateErr)
+				caps.DropFix = dropFix(cfg, r.stateErr)
 			} else {
-				caps.DropError = r.stderr
+				c := &syscall.Credential{Uid: uint32(cfg.HostUID), Gid: uint32(cfg.HostGID), Groups: []uint32{}}
+				if res := probeBwrap(ctx, caps.BwrapPath, c, extra); res.ok {
+					caps.BwrapUsable, cred = true, c
+					caps.SandboxUID, caps.SandboxGID = cfg.HostUID, cfg.HostGID
+				} else {
+					caps.DropError = res.stderr
+					caps.DropFix = fmt.Sprintf("give uid %d search permission on every directory above %s and %s (chmod o+x), or run the server as a non-root user", cfg.HostUID, cfg.StateDir, r.envd)
+				}
 			}
 		}
 		if !caps.BwrapUsable {
-			if r := probeBwrap(ctx, caps.BwrapPath, nil, extra); r.ok {
+			if res := probeBwrap(ctx, caps.BwrapPath, nil, extra); res.ok {
 				caps.BwrapUsable = true
 			} else {
-				caps.BwrapError = r.stderr
+				caps.BwrapError = res.stderr
 			}
 		}
 	}
@@ -483,6 +574,16 @@ func probe(ctx context.Context, cfg Config, sandboxes string) (Capabilities, *cg
 		caps.Freezer, caps.MemoryLimit, caps.PidsLimit, caps.CPULimit = cg.freezer, cg.memory, cg.pids, cg.cpu
 	}
 	return caps, cg, cred
+}
+
+// dropFix says how to let the sandbox user reach the state directory.
+func dropFix(cfg Config, err error) string {
+	fix := fmt.Sprintf("use a state directory uid %d can reach, such as /var/lib/sandbox-mcp (--state-dir)", cfg.HostUID)
+	var ue *unreachableError
+	if errors.As(err, &ue) {
+		fix += fmt.Sprintf(", or let it search %s: chmod o+x %s", ue.Path, ue.Path)
+	}
+	return fix
 }
 
 // Name returns "local".
@@ -503,10 +604,11 @@ func (p *Provider) Dir(id string) string {
 	return filepath.Join(p.sandboxesDir, id)
 }
 
-// Done returns a channel closed when the daemon of sandbox id exits (killed,
-// crashed, or stopped by Kill or Close). For a sandbox with no running daemon
-// the channel is already closed. It lets callers wait for a loss without
-// polling.
+// Done returns a channel closed when this Provider's daemon of sandbox id
+// exits (killed, crashed, or stopped by Kill or Close, of this or another
+// Provider). For a sandbox this Provider runs no daemon for (stopped, or run
+// by another Provider) the channel is already closed. It lets callers wait
+// for a loss without polling.
 func (p *Provider) Done(id string) <-chan struct{} {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -524,7 +626,8 @@ func (p *Provider) Done(id string) <-chan struct{} {
 
 // reapLeftovers kills what a previous server left running in the cgroups of
 // this state directory's sandboxes (unisolated sandboxes' processes outlive
-// their envd), so that a stopped sandbox really runs nothing.
+// their envd), so that a stopped sandbox really runs nothing. Sandboxes that
+// another live Provider runs, or acts on right now, are left alone.
 func (p *Provider) reapLeftovers(ctx context.Context) error {
 	if p.cgroups == nil {
 		return nil
@@ -534,32 +637,60 @@ func (p *Provider) reapLeftovers(ctx context.Context) error {
 		return fmt.Errorf("local provider: state directory %s: %w", p.stateDir, err)
 	}
 	for _, de := range entries {
-		if !validID(de.Name()) {
+		id := de.Name()
+		if !validID(id) || !de.IsDir() {
 			continue
 		}
-		if cg := p.cgroups.open(de.Name()); cg.exists() {
-			p.log.Info("killing what a previous server left of a sandbox", "id", de.Name(), "processes", len(cg.procs()))
-			if err := cg.remove(ctx); err != nil {
-				p.log.Warn("could not remove a stale sandbox cgroup", "id", de.Name(), "error", err)
-			}
+		cg := p.cgroups.open(id)
+		if !cg.exists() {
+			continue
 		}
+		dir := filepath.Join(p.sandboxesDir, id)
+		op, err := lockOp(ctx, dir, unix.LOCK_EX, false)
+		if err != nil {
+			continue // busy in another Provider, or killed meanwhile
+		}
+		if owner, err := takeOwnership(dir); err == nil {
+			p.log.Info("killing what a previous server left of a sandbox", "id", id, "processes", len(cg.procs()))
+			if err := cg.remove(ctx); err != nil {
+				p.log.Warn("could not remove a stale sandbox cgroup", "id", id, "error", err)
+			}
+			_ = owner.Close()
+		}
+		_ = op.Close()
 	}
 	return nil
 }
 
 // removeTrash deletes, in the background, what killed sandboxes left when
-// their deletion was cut short.
+// their deletion was cut short, and sandbox directories whose creation never
+// finished (a server that died in Create).
 func (p *Provider) removeTrash() {
-	trash := filepath.Join(p.sandboxesDir, ".trash")
-	if _, err := os.Stat(trash); err != nil {
-		return
-	}
 	p.bg.Add(1)
 	go func() {
 		defer p.bg.Done()
+		trash := filepath.Join(p.sandboxesDir, trashDir)
 		entries, _ := os.ReadDir(trash)
 		for _, de := range entries {
 			_ = os.RemoveAll(filepath.Join(trash, de.Name()))
+		}
+		entries, _ = os.ReadDir(p.sandboxesDir)
+		for _, de := range entries {
+			if !strings.HasPrefix(de.Name(), newDirPrefix) {
+				continue
+			}
+			// A creator holds op.lock from right after making the
+			// directory; the age covers the moment before.
+			dir := filepath.Join(p.sandboxesDir, de.Name())
+			if fi, err := de.Info(); err != nil || time.Since(fi.ModTime()) < staleNewDirAge {
+				continue
+			}
+			op, err := lockOp(context.Background(), dir, unix.LOCK_EX, false)
+			if err != nil {
+				continue
+			}
+			_ = os.RemoveAll(dir)
+			_ = op.Close()
 		}
 	}()
 }

@@ -7,17 +7,22 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	"connectrpc.com/connect"
+	"golang.org/x/sys/unix"
 
 	"github.com/sandbox-mcp/sandbox-mcp/manage"
 )
 
-// Create makes a sandbox directory and starts its daemon.
+// Create makes a sandbox directory and starts its daemon. The directory is
+// built under a hidden name and renamed into place with its locks held, so
+// no other Provider ever sees it half made.
 func (p *Provider) Create(ctx context.Context, cfg manage.SandboxConfig) (manage.Sandbox, error) {
 	if err := p.checkOpen(); err != nil {
 		return manage.Sandbox{}, err
@@ -30,26 +35,28 @@ func (p *Provider) Create(ctx context.Context, cfg manage.SandboxConfig) (manage
 	if err != nil {
 		return manage.Sandbox{}, connect.NewError(connect.CodeInternal, err)
 	}
-	dir := filepath.Join(p.sandboxesDir, id)
-	meta := metadata{ID: id, CreatedAt: time.Now().UTC().Truncate(time.Millisecond), Config: cfg}
-	if err := p.makeDir(dir, meta); err != nil {
-		_ = os.RemoveAll(dir)
-		return manage.Sandbox{}, connect.NewError(connect.CodeInternal, fmt.Errorf("create sandbox %s: %w", id, err))
-	}
 	e := p.entry(id)
 	if err := e.acquire(ctx); err != nil {
-		_ = os.RemoveAll(dir)
+		p.forget(id)
 		return manage.Sandbox{}, ctxError("create sandbox", err)
 	}
 	defer e.release()
-	d, err := p.startDaemon(ctx, id, dir, spec)
+	dir := filepath.Join(p.sandboxesDir, id)
+	meta := metadata{ID: id, CreatedAt: time.Now().UTC().Truncate(time.Millisecond), Config: cfg}
+	op, owner, err := p.makeDir(id, meta)
+	if err != nil {
+		p.forget(id)
+		return manage.Sandbox{}, connect.NewError(connect.CodeInternal, fmt.Errorf("create sandbox %s: %w", id, err))
+	}
+	defer func() { _ = op.Close() }()
+	d, err := p.startDaemon(ctx, id, dir, spec, owner)
 	if err != nil {
 		_ = os.RemoveAll(dir)
 		p.forget(id)
 		return manage.Sandbox{}, err
 	}
 	p.setDaemon(e, d)
-	return p.describe(meta, d, manage.StateRunning, ""), nil
+	return p.describe(meta, d.isolation, manage.StateRunning, ""), nil
 }
 
 // spec resolves cfg against the provider defaults and checks it.
@@ -100,25 +107,47 @@ func (p *Provider) spec(cfg manage.SandboxConfig) (sandboxSpec, error) {
 	}, nil
 }
 
-// makeDir creates a sandbox's directory tree and sandbox.json. The
+// makeDir creates a sandbox's directory tree and sandbox.json under a
+// hidden name, takes its op and owner locks and renames it into place. The
 // directories the sandbox writes belong to its host user.
-func (p *Provider) makeDir(dir string, meta metadata) error {
+func (p *Provider) makeDir(id string, meta metadata) (op, owner *os.File, err error) {
+	tmp := filepath.Join(p.sandboxesDir, newDirPrefix+id)
 	// Exclusive: an id is never reused.
-	if err := os.Mkdir(dir, 0o711); err != nil {
-		return err
+	if err := os.Mkdir(tmp, 0o711); err != nil {
+		return nil, nil, err
 	}
-	if err := p.prepareSubdirs(dir); err != nil {
-		return err
+	defer func() {
+		if err != nil {
+			if op != nil {
+				_ = op.Close()
+			}
+			if owner != nil {
+				_ = owner.Close()
+			}
+			_ = os.RemoveAll(tmp)
+		}
+	}()
+	if op, err = lockFile(context.Background(), filepath.Join(tmp, opLockFile), unix.LOCK_EX, false); err != nil {
+		return nil, nil, err
+	}
+	if owner, err = lockFile(context.Background(), filepath.Join(tmp, ownerLockFile), unix.LOCK_EX, false); err != nil {
+		return op, nil, err
+	}
+	if err = p.prepareSubdirs(tmp); err != nil {
+		return op, owner, err
 	}
 	data, err := json.MarshalIndent(meta, "", "  ")
 	if err != nil {
-		return err
+		return op, owner, err
 	}
-	tmp := filepath.Join(dir, ".sandbox.json.tmp")
-	if err := os.WriteFile(tmp, append(data, '\n'), 0o600); err != nil {
-		return err
+	// A plain write: nobody reads the directory before the rename below.
+	if err = os.WriteFile(filepath.Join(tmp, metadataFile), append(data, '\n'), 0o600); err != nil {
+		return op, owner, err
 	}
-	return os.Rename(tmp, filepath.Join(dir, "sandbox.json"))
+	if err = os.Rename(tmp, filepath.Join(p.sandboxesDir, id)); err != nil {
+		return op, owner, err
+	}
+	return op, owner, nil
 }
 
 // prepareSubdirs creates (or keeps) workspace, tmp and run and gives them to
@@ -140,8 +169,11 @@ func (p *Provider) prepareSubdirs(dir string) error {
 }
 
 // Info reports a sandbox's state: running, paused (frozen), stopped (files
-// but no daemon) or gone. A sandbox whose directory was removed while its
-// daemon ran is gone, and the daemon is killed. An invalid id is gone.
+// but no daemon) or gone. A sandbox whose directory was removed while this
+// Provider's daemon ran is gone, and the daemon is killed. A sandbox another
+// Provider runs is running or paused. An invalid id is gone. An error means
+// the state could not be learned (ctx ended while another Provider held the
+// sandbox).
 func (p *Provider) Info(ctx context.Context, id string) (manage.Sandbox, error) {
 	if !validID(id) {
 		return manage.Sandbox{ID: id, Provider: Name, State: manage.StateGone, Detail: "not found (not a local sandbox id)"}, nil
@@ -151,7 +183,10 @@ func (p *Provider) Info(ctx context.Context, id string) (manage.Sandbox, error) 
 		return manage.Sandbox{}, ctxError("sandbox "+id, err)
 	}
 	defer e.release()
-	s := p.infoLocked(ctx, id, e)
+	s, err := p.infoLocked(ctx, id, e)
+	if err != nil {
+		return manage.Sandbox{}, err
+	}
 	if s.State == manage.StateGone {
 		// Asking about ids that do not exist must not grow the map.
 		p.forget(id)
@@ -159,57 +194,148 @@ func (p *Provider) Info(ctx context.Context, id string) (manage.Sandbox, error) 
 	return s, nil
 }
 
-func (p *Provider) infoLocked(ctx context.Context, id string, e *entry) manage.Sandbox {
+func (p *Provider) infoLocked(ctx context.Context, id string, e *entry) (manage.Sandbox, error) {
 	dir := filepath.Join(p.sandboxesDir, id)
-	meta, err := readMeta(dir)
-	if err != nil {
-		gone := manage.Sandbox{ID: id, Provider: Name, State: manage.StateGone, Detail: "not found"}
-		if errors.Is(err, fs.ErrNotExist) {
-			if _, serr := os.Lstat(dir); serr == nil {
-				gone.Detail = "incomplete: no sandbox.json"
-			}
-		} else {
-			gone.Detail = "unreadable sandbox.json: " + err.Error()
-		}
-		if e.d != nil && e.d.alive() {
+	if d := e.d; d != nil && d.alive() && !socketRefuses(filepath.Join(dir, "run", "envd.sock")) {
+		meta, err := readMeta(dir)
+		if err != nil {
 			// The directory went away under a running daemon: kill the
 			// orphan so nothing runs for a sandbox that no longer exists.
 			p.log.Warn("sandbox directory removed while its daemon ran; killing it", "id", id)
-			_ = p.stopDaemon(ctx, e.d)
+			_ = p.stopDaemon(ctx, d)
+			gone := goneInfo(id, dir, err)
 			gone.Detail = "directory removed"
+			return gone, nil
 		}
-		return gone
+		switch {
+		case d.cg.hasFreezer() && isFrozen(d.cg):
+			return p.describe(meta, d.isolation, manage.StatePaused, "frozen"), nil
+		case !d.cg.hasFreezer() && pausedTree(d.pid):
+			return p.describe(meta, d.isolation, manage.StatePaused, "stopped with SIGSTOP"), nil
+		}
+		return p.describe(meta, d.isolation, manage.StateRunning, ""), nil
 	}
-	d := e.d
+	if d := e.d; d != nil && d.alive() {
+		// The socket refuses connections: the daemon has died and our
+		// wait on it (bwrap exits after envd) is catching up. A client's
+		// stream breaks the instant envd dies, so a loss check can arrive
+		// here first; wait for the exit rather than report it running.
+		select {
+		case <-d.done:
+		case <-ctx.Done():
+			return manage.Sandbox{}, ctxError("sandbox "+id, ctx.Err())
+		}
+	}
+	if err := awaitRelease(ctx, e.d); err != nil {
+		return manage.Sandbox{}, ctxError("sandbox "+id, err)
+	}
+	meta, err := readMeta(dir)
+	if err != nil {
+		return goneInfo(id, dir, err), nil
+	}
+	op, err := lockOp(ctx, dir, unix.LOCK_SH, true)
 	switch {
-	case d == nil:
-		return p.describe(meta, nil, manage.StateStopped, "no daemon running")
-	case !d.alive():
-		return p.describe(meta, d, manage.StateStopped, d.exitDetail())
-	case p.paused(d):
-		how := "frozen"
-		if !d.cg.hasFreezer() {
-			how = "stopped with SIGSTOP"
-		}
-		return p.describe(meta, d, manage.StatePaused, how)
+	case errors.Is(err, errSandboxGone):
+		return goneInfo(id, dir, fs.ErrNotExist), nil
+	case ctx.Err() != nil:
+		return manage.Sandbox{}, ctxError("sandbox "+id+" is busy in another process", ctx.Err())
+	case err != nil:
+		return manage.Sandbox{}, connect.NewError(connect.CodeInternal, fmt.Errorf("sandbox %s: %w", id, err))
 	}
-	return p.describe(meta, d, manage.StateRunning, "")
+	defer func() { _ = op.Close() }()
+	running, err := settledOwnerRunning(ctx, dir)
+	switch {
+	case errors.Is(err, errSandboxGone):
+		return goneInfo(id, dir, fs.ErrNotExist), nil
+	case ctx.Err() != nil:
+		return manage.Sandbox{}, ctxError("sandbox "+id, ctx.Err())
+	case err != nil:
+		return manage.Sandbox{}, connect.NewError(connect.CodeInternal, fmt.Errorf("sandbox %s: %w", id, err))
+	}
+	rec, recErr := readRecord(dir)
+	if !running {
+		isolation, detail, endedAt := p.isolation, "no daemon running", time.Time{}
+		switch {
+		case recErr == nil && !rec.EndedAt.IsZero():
+			isolation, detail, endedAt = rec.Isolation, rec.Exit, rec.EndedAt
+		case e.d != nil:
+			isolation, detail, endedAt = e.d.isolation, e.d.exitDetail(), e.d.endedAt
+		}
+		s := p.describe(meta, isolation, manage.StateStopped, detail)
+		s.EndedAt = endedAt
+		return s, nil
+	}
+	// Another Provider runs it.
+	if recErr != nil || !rec.EndedAt.IsZero() {
+		// Its owner could not record it: state as far as can be told.
+		rec = daemonRecord{Isolation: p.isolation}
+	}
+	detail := "run by another sandbox-mcp process"
+	if rec.OwnerPID > 0 {
+		detail = fmt.Sprintf("run by sandbox-mcp process %d", rec.OwnerPID)
+	}
+	cg := p.foreignCgroup(id, rec)
+	pid := rec.livePID()
+	switch {
+	case cg.hasFreezer() && isFrozen(cg):
+		return p.describe(meta, rec.Isolation, manage.StatePaused, "frozen; "+detail), nil
+	case pid != 0 && pausedTree(pid):
+		return p.describe(meta, rec.Isolation, manage.StatePaused, "stopped with SIGSTOP; "+detail), nil
+	}
+	return p.describe(meta, rec.Isolation, manage.StateRunning, detail), nil
 }
 
-// paused reports whether a live daemon's sandbox is frozen or stopped.
-func (p *Provider) paused(d *daemon) bool {
-	if d.cg.hasFreezer() {
-		frozen, err := d.cg.frozen()
-		return err == nil && frozen
+// goneInfo describes a sandbox whose sandbox.json could not be read (err).
+func goneInfo(id, dir string, err error) manage.Sandbox {
+	gone := manage.Sandbox{ID: id, Provider: Name, State: manage.StateGone, Detail: "not found"}
+	if errors.Is(err, fs.ErrNotExist) {
+		if _, serr := os.Lstat(dir); serr == nil {
+			gone.Detail = "incomplete: no sandbox.json"
+		}
+	} else {
+		gone.Detail = "unreadable sandbox.json: " + err.Error()
 	}
-	return d.stopped
+	return gone
+}
+
+// isFrozen reports whether a cgroup with a freezer is frozen.
+func isFrozen(cg *cgroup) bool {
+	frozen, err := cg.frozen()
+	return err == nil && frozen
+}
+
+// foreignCgroup is the cgroup of a sandbox another Provider runs: the one its
+// record names, else the one this Provider would give it.
+func (p *Provider) foreignCgroup(id string, rec daemonRecord) *cgroup {
+	if cg := rec.cgroup(id); cg != nil {
+		return cg
+	}
+	if p.cgroups != nil {
+		if cg := p.cgroups.open(id); cg.exists() {
+			return cg
+		}
+	}
+	return nil
+}
+
+// awaitRelease waits until a daemon that ended released the owner lock (at
+// once: the waiter does it right after closing done).
+func awaitRelease(ctx context.Context, d *daemon) error {
+	if d == nil {
+		return nil
+	}
+	select {
+	case <-d.released:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // describe builds the Sandbox for meta.
-func (p *Provider) describe(meta metadata, d *daemon, state manage.State, detail string) manage.Sandbox {
-	isolation := p.isolation
-	if d != nil {
-		isolation = d.isolation
+func (p *Provider) describe(meta metadata, isolation string, state manage.State, detail string) manage.Sandbox {
+	if isolation == "" {
+		isolation = p.isolation
 	}
 	s := manage.Sandbox{
 		ID:          meta.ID,
@@ -229,7 +355,8 @@ func (p *Provider) describe(meta metadata, d *daemon, state manage.State, detail
 }
 
 // Endpoint returns the unix socket of a sandbox's envd. It answers for any
-// sandbox whose directory exists, running or not.
+// sandbox whose directory exists, running or not, whichever Provider runs
+// it: the socket is reachable from every process of the user.
 func (p *Provider) Endpoint(ctx context.Context, id string) (manage.Endpoint, error) {
 	if err := checkID(id); err != nil {
 		return manage.Endpoint{}, err
@@ -238,29 +365,150 @@ func (p *Provider) Endpoint(ctx context.Context, id string) (manage.Endpoint, er
 		return manage.Endpoint{}, ctxError("sandbox "+id, err)
 	}
 	dir := filepath.Join(p.sandboxesDir, id)
-	if _, err := os.Stat(filepath.Join(dir, "sandbox.json")); err != nil {
+	if _, err := os.Stat(filepath.Join(dir, metadataFile)); err != nil {
 		return manage.Endpoint{}, notFound(id)
 	}
 	return manage.Endpoint{URL: "unix:" + filepath.Join(dir, "run", "envd.sock"), EnvdVersion: envdVersion}, nil
+}
+
+// control is a sandbox locked for a change of state: its entry lock and its
+// op.lock are held, and it is known who runs it.
+type control struct {
+	id, dir string
+	e       *entry
+	op      *os.File
+	// own is this Provider's live daemon of the sandbox.
+	own *daemon
+	// foreign is set when another Provider runs the sandbox; rec is what it
+	// recorded (zero when it recorded nothing usable).
+	foreign bool
+	rec     daemonRecord
+	// owner is the owner lock, held when nobody ran the sandbox.
+	owner *os.File
+}
+
+// control locks sandbox id for a change of state, waiting (until ctx ends)
+// for operations of this and other Providers on it. A sandbox whose
+// directory does not exist is errSandboxGone. On success the caller must
+// call release.
+func (p *Provider) control(ctx context.Context, id string) (*control, error) {
+	if err := checkID(id); err != nil {
+		return nil, err
+	}
+	e := p.entry(id)
+	if err := e.acquire(ctx); err != nil {
+		return nil, ctxError("sandbox "+id, err)
+	}
+	c := &control{id: id, dir: filepath.Join(p.sandboxesDir, id), e: e}
+	ok := false
+	defer func() {
+		if !ok {
+			c.release()
+		}
+	}()
+	op, err := lockOp(ctx, c.dir, unix.LOCK_EX, true)
+	switch {
+	case errors.Is(err, errSandboxGone):
+		if e.d != nil && e.d.alive() {
+			p.log.Warn("sandbox directory removed while its daemon ran; killing it", "id", id)
+			_ = p.stopDaemon(ctx, e.d)
+		}
+		return nil, errSandboxGone
+	case ctx.Err() != nil:
+		return nil, ctxError("sandbox "+id+" is busy in another process", ctx.Err())
+	case err != nil:
+		return nil, connect.NewError(connect.CodeInternal, fmt.Errorf("sandbox %s: %w", id, err))
+	}
+	c.op = op
+	if e.d != nil && e.d.alive() {
+		c.own, ok = e.d, true
+		return c, nil
+	}
+	if err := awaitRelease(ctx, e.d); err != nil {
+		return nil, ctxError("sandbox "+id, err)
+	}
+	running, err := settledOwnerRunning(ctx, c.dir)
+	if ctx.Err() != nil {
+		return nil, ctxError("sandbox "+id, ctx.Err())
+	}
+	var owner *os.File
+	if err == nil && !running {
+		owner, err = takeOwnership(c.dir)
+	} else if err == nil {
+		err = errLocked
+	}
+	switch {
+	case err == nil:
+		c.owner = owner
+	case errors.Is(err, errLocked):
+		c.foreign = true
+		if rec, err := readRecord(c.dir); err == nil && rec.EndedAt.IsZero() {
+			c.rec = rec
+		}
+	case errors.Is(err, errSandboxGone):
+		return nil, errSandboxGone
+	default:
+		return nil, connect.NewError(connect.CodeInternal, fmt.Errorf("sandbox %s: %w", id, err))
+	}
+	ok = true
+	return c, nil
+}
+
+// release drops the locks control took.
+func (c *control) release() {
+	if c.owner != nil {
+		_ = c.owner.Close()
+	}
+	if c.op != nil {
+		_ = c.op.Close()
+	}
+	c.e.release()
+}
+
+// procs returns the cgroup and outermost pid (0 if unknown) of the running
+// sandbox's processes.
+func (p *Provider) procs(c *control) (*cgroup, int) {
+	if c.own != nil {
+		return c.own.cg, c.own.pid
+	}
+	return p.foreignCgroup(c.id, c.rec), c.rec.livePID()
 }
 
 // Pause freezes every process of a running sandbox: with the cgroup freezer,
 // waiting until the kernel reports it frozen, else with SIGSTOP through its
 // process tree. Pausing a paused sandbox is a no-op; a stopped one is an
 // error (FailedPrecondition), a gone one NotFound.
+//
+// A sandbox another Provider runs is not paused (FailedPrecondition): the
+// freezer would work from here, but that Provider may be using the sandbox,
+// and its calls would hang on a frozen daemon it believes running. Its owner
+// pauses it when idle; Resume, which only ever lets it run, works from any
+// Provider.
 func (p *Provider) Pause(ctx context.Context, id string) error {
-	e, d, err := p.live(ctx, id)
+	c, err := p.control(ctx, id)
+	if errors.Is(err, errSandboxGone) {
+		return notFound(id)
+	}
 	if err != nil {
 		return err
 	}
-	defer e.release()
-	if d == nil {
+	defer c.release()
+	if _, err := readMeta(c.dir); err != nil {
+		return notFound(id)
+	}
+	switch {
+	case c.foreign && c.rec.OwnerPID > 0:
+		return connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("sandbox %s is run by sandbox-mcp process %d, which may be using it: only that process pauses it", id, c.rec.OwnerPID))
+	case c.foreign:
+		return connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("sandbox %s is run by another sandbox-mcp process, which may be using it: only that process pauses it", id))
+	case c.own == nil:
 		return connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("sandbox %s is stopped: nothing to pause", id))
 	}
-	if d.cg.hasFreezer() {
-		if err := d.cg.setFrozen(ctx, true); err != nil {
+	cg, pid := c.own.cg, c.own.pid
+	if cg.hasFreezer() {
+		if err := cg.setFrozen(ctx, true); err != nil {
 			// Leave it running rather than half frozen.
-			_ = d.cg.setFrozen(context.Background(), false)
+			_ = cg.setFrozen(context.Background(), false)
 			if ctx.Err() != nil {
 				return ctxError("pause sandbox "+id, ctx.Err())
 			}
@@ -268,118 +516,125 @@ func (p *Provider) Pause(ctx context.Context, id string) error {
 		}
 		return nil
 	}
-	if !d.stopped {
-		d.stopped = true
-		if err := stopTree(ctx, d.pid); err != nil {
-			continueTree(d.pid)
-			d.stopped = false
-			if ctx.Err() != nil {
-				return ctxError("pause sandbox "+id, err)
-			}
-			return connect.NewError(connect.CodeInternal, fmt.Errorf("pause sandbox %s: %w", id, err))
+	if pausedTree(pid) {
+		return nil
+	}
+	if err := stopTree(ctx, pid); err != nil {
+		continueTree(pid)
+		if ctx.Err() != nil {
+			return ctxError("pause sandbox "+id, err)
 		}
+		return connect.NewError(connect.CodeInternal, fmt.Errorf("pause sandbox %s: %w", id, err))
 	}
 	return nil
 }
 
 // Resume thaws a paused sandbox, or starts a new daemon for a stopped one on
-// its existing files (its processes from before are gone). Resuming a running
-// sandbox is a no-op; a gone one is NotFound.
+// its existing files (its processes from before are gone); this Provider
+// then runs it. Resuming a running sandbox is a no-op, whichever Provider
+// runs it; a gone one is NotFound. Of several Providers resuming a stopped
+// sandbox at once, one starts it and the others find it running.
 func (p *Provider) Resume(ctx context.Context, id string) error {
-	e, d, err := p.live(ctx, id)
+	c, err := p.control(ctx, id)
+	if errors.Is(err, errSandboxGone) {
+		return notFound(id)
+	}
 	if err != nil {
 		return err
 	}
-	defer e.release()
-	if d != nil {
-		if d.cg.hasFreezer() {
-			if err := d.cg.setFrozen(ctx, false); err != nil {
+	defer c.release()
+	meta, err := readMeta(c.dir)
+	if err != nil {
+		return notFound(id)
+	}
+	if c.own != nil || c.foreign {
+		cg, pid := p.procs(c)
+		// A cgroup that vanished belonged to a daemon that just died: the
+		// sandbox is about to be stopped, and nothing in it is frozen.
+		if cg.hasFreezer() {
+			if err := cg.setFrozen(ctx, false); err != nil && !errors.Is(err, fs.ErrNotExist) {
 				if ctx.Err() != nil {
 					return ctxError("resume sandbox "+id, ctx.Err())
 				}
 				return connect.NewError(connect.CodeInternal, fmt.Errorf("resume sandbox %s: %w", id, err))
 			}
 		}
-		if d.stopped {
-			continueTree(d.pid)
-			d.stopped = false
+		// Also after a freezer thaw: a Provider without cgroups may have
+		// paused it with SIGSTOP.
+		if pid != 0 && pausedTree(pid) {
+			continueTree(pid)
 		}
 		return nil
 	}
 	if err := p.checkOpen(); err != nil {
 		return err
 	}
-	dir := filepath.Join(p.sandboxesDir, id)
-	meta, err := readMeta(dir)
-	if err != nil {
-		return notFound(id)
-	}
 	spec, err := p.spec(meta.Config)
 	if err != nil {
 		return err
 	}
-	if err := p.prepareSubdirs(dir); err != nil {
+	if err := p.prepareSubdirs(c.dir); err != nil {
 		return connect.NewError(connect.CodeInternal, fmt.Errorf("resume sandbox %s: %w", id, err))
 	}
-	nd, err := p.startDaemon(ctx, id, dir, spec)
+	owner := c.owner
+	c.owner = nil // the daemon keeps it
+	d, err := p.startDaemon(ctx, id, c.dir, spec, owner)
 	if err != nil {
 		return err
 	}
-	p.setDaemon(e, nd)
+	p.setDaemon(c.e, d)
 	return nil
 }
 
-// live locks sandbox id and returns its entry and live daemon (nil when
-// stopped). A gone sandbox is a NotFound error. On success the caller must
-// release the entry.
-func (p *Provider) live(ctx context.Context, id string) (*entry, *daemon, error) {
-	if err := checkID(id); err != nil {
-		return nil, nil, err
-	}
-	e := p.entry(id)
-	if err := e.acquire(ctx); err != nil {
-		return nil, nil, ctxError("sandbox "+id, err)
-	}
-	s := p.infoLocked(ctx, id, e)
-	if s.State == manage.StateGone {
-		p.forget(id)
-		e.release()
-		return nil, nil, notFound(id)
-	}
-	if e.d != nil && e.d.alive() {
-		return e, e.d, nil
-	}
-	return e, nil, nil
-}
-
 // Kill stops a sandbox's processes and deletes its directory. Killing a gone
-// sandbox is a no-op. The directory is first renamed away, so the sandbox is
-// gone at once; a large tree is deleted in the background if ctx ends first.
+// sandbox is a no-op. A sandbox another Provider runs is killed through its
+// cgroup and recorded pid; that Provider's waiter sees its daemon die and
+// lets go of the sandbox. The directory is first renamed away, so the
+// sandbox is gone at once; a large tree is deleted in the background if ctx
+// ends first.
 func (p *Provider) Kill(ctx context.Context, id string) error {
-	if err := checkID(id); err != nil {
+	c, err := p.control(ctx, id)
+	if errors.Is(err, errSandboxGone) {
+		if p.cgroups != nil {
+			// Its directory was deleted by hand: nothing can start it
+			// again, so whatever is left in its cgroup is an orphan.
+			if cg := p.cgroups.open(id); cg.exists() {
+				_ = cg.remove(ctx)
+			}
+		}
+		p.forget(id)
+		return nil
+	}
+	if err != nil {
 		return err
 	}
-	e := p.entry(id)
-	if err := e.acquire(ctx); err != nil {
-		return ctxError("kill sandbox "+id, err)
-	}
-	defer e.release()
-	if e.d != nil {
-		if err := p.stopDaemon(ctx, e.d); err != nil {
+	defer c.release()
+	switch {
+	case c.own != nil:
+		if err := p.stopDaemon(ctx, c.own); err != nil {
+			return err
+		}
+		if err := awaitRelease(ctx, c.own); err != nil {
+			return ctxError("kill sandbox "+id, err)
+		}
+	case c.foreign:
+		if err := p.killForeign(ctx, c); err != nil {
 			return err
 		}
 	}
-	dir := filepath.Join(p.sandboxesDir, id)
-	if p.cgroups != nil {
-		// A cgroup left by an earlier server may still hold processes.
-		if cg := p.cgroups.open(id); cg.exists() {
-			_ = cg.remove(ctx)
+	if c.own != nil || c.owner != nil {
+		// A cgroup left by an earlier server may still hold processes;
+		// nobody else runs the sandbox now.
+		if p.cgroups != nil {
+			if cg := p.cgroups.open(id); cg.exists() {
+				_ = cg.remove(ctx)
+			}
 		}
 	}
-	trash := filepath.Join(p.sandboxesDir, ".trash")
+	trash := filepath.Join(p.sandboxesDir, trashDir)
 	_ = os.Mkdir(trash, 0o700)
 	doomed := filepath.Join(trash, id+"-"+randomSuffix())
-	if err := os.Rename(dir, doomed); err != nil {
+	if err := os.Rename(c.dir, doomed); err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
 			p.forget(id)
 			return nil
@@ -403,9 +658,45 @@ func (p *Provider) Kill(ctx context.Context, id string) error {
 	return nil
 }
 
+// killForeign kills the processes of a sandbox another Provider runs and
+// waits (until ctx ends) for that Provider to let go of it. When neither its
+// cgroup nor its daemon's pid is known, nothing can be killed from here and
+// the sandbox is left alone.
+func (p *Provider) killForeign(ctx context.Context, c *control) error {
+	cg, pid := p.procs(c)
+	if cg == nil && pid == 0 {
+		return connect.NewError(connect.CodeUnavailable, fmt.Errorf("kill sandbox %s: another sandbox-mcp process runs it and did not record its processes", c.id))
+	}
+	if cg != nil {
+		cg.kill()
+	} else if c.rec.Isolation != IsolationBwrap {
+		// envd starts commands in process groups of their own.
+		killTree(pid)
+	}
+	if pid != 0 {
+		_ = unix.Kill(pid, unix.SIGKILL)
+		if c.rec.Isolation != IsolationBwrap {
+			_ = unix.Kill(-pid, unix.SIGKILL)
+		}
+	}
+	owner, err := awaitOwnership(ctx, c.dir)
+	switch {
+	case err == nil:
+		c.owner = owner
+	case ctx.Err() != nil:
+		// Its processes got SIGKILL; its owner cleans up after them.
+		p.log.Warn("the process that ran a killed sandbox did not let go of it in time", "id", c.id, "owner_pid", c.rec.OwnerPID)
+	case errors.Is(err, errSandboxGone):
+	default:
+		return connect.NewError(connect.CodeInternal, fmt.Errorf("kill sandbox %s: %w", c.id, err))
+	}
+	return nil
+}
+
 // List returns every sandbox directory under the state directory with its
-// state. A directory without a readable sandbox.json (a crashed Create) is
-// listed as gone, so a reaper can Kill it.
+// state, whichever Provider runs it. A directory without a readable
+// sandbox.json (a crashed Create of an older version) is listed as gone, so
+// a reaper can Kill it.
 func (p *Provider) List(ctx context.Context) ([]manage.Sandbox, error) {
 	entries, err := os.ReadDir(p.sandboxesDir)
 	if err != nil {
@@ -430,8 +721,8 @@ func (p *Provider) List(ctx context.Context) ([]manage.Sandbox, error) {
 
 // Close kills every daemon this provider started and waits for them (until
 // ctx ends), keeping their directories: the sandboxes become stopped, as
-// after a server restart. It releases the state directory for another
-// Provider. Later calls that would start a daemon fail.
+// after a server restart, and another Provider may resume them. Later calls
+// that would start a daemon fail.
 func (p *Provider) Close(ctx context.Context) error {
 	p.mu.Lock()
 	if p.closed {
@@ -448,8 +739,12 @@ func (p *Provider) Close(ctx context.Context) error {
 	p.mu.Unlock()
 	var errs []error
 	for _, d := range daemons {
-		if err := p.stopDaemon(ctx, d); err != nil {
+		if err := p.stopDaemon(ctx, d, "the sandbox-mcp process that ran it closed"); err != nil {
 			errs = append(errs, err)
+			continue
+		}
+		if err := awaitRelease(ctx, d); err != nil {
+			errs = append(errs, ctxError("close local provider", err))
 		}
 	}
 	done := make(chan struct{})
@@ -459,7 +754,6 @@ func (p *Provider) Close(ctx context.Context) error {
 	case <-ctx.Done():
 		errs = append(errs, ctxError("close local provider", ctx.Err()))
 	}
-	_ = p.lock.Close()
 	return errors.Join(errs...)
 }
 
@@ -510,7 +804,7 @@ func (e *entry) acquire(ctx context.Context) error {
 func (e *entry) release() { <-e.sem }
 
 func readMeta(dir string) (metadata, error) {
-	data, err := os.ReadFile(filepath.Join(dir, "sandbox.json"))
+	data, err := os.ReadFile(filepath.Join(dir, metadataFile))
 	if err != nil {
 		return metadata{}, err
 	}
@@ -569,4 +863,17 @@ func checkID(id string) error {
 
 func notFound(id string) error {
 	return connect.NewError(connect.CodeNotFound, fmt.Errorf("sandbox %s not found", id))
+}
+
+// socketRefuses reports whether the unix socket at path exists but nothing
+// accepts connections on it any more: the daemon behind it has died. A
+// socket that accepts, a missing socket file (the directory removed by
+// hand, handled by the caller), or any other answer, is not a verdict.
+func socketRefuses(path string) bool {
+	c, err := net.DialTimeout("unix", path, time.Second)
+	if err == nil {
+		_ = c.Close()
+		return false
+	}
+	return errors.Is(err, syscall.ECONNREFUSED)
 }

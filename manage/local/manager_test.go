@@ -1,0 +1,398 @@
+package local_test
+
+// The Manager on real local sandboxes (bubblewrap, a real envd binary):
+// the lifecycle promises of the manage package, end to end.
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/sandbox-mcp/sandbox-mcp/envd/client"
+	"github.com/sandbox-mcp/sandbox-mcp/envd/envdtest"
+	"github.com/sandbox-mcp/sandbox-mcp/manage"
+	"github.com/sandbox-mcp/sandbox-mcp/manage/boltstore"
+	"github.com/sandbox-mcp/sandbox-mcp/manage/local"
+)
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// requireBwrap skips (fails under CI=true) when bubblewrap cannot run here.
+func requireBwrap(t testing.TB, stateDir string) {
+	t.Helper()
+	caps := local.Probe(context.Background(), local.Config{StateDir: stateDir, EnvdBinary: envdtest.Binary(t)})
+	if caps.BwrapUsable {
+		return
+	}
+	if os.Getenv("CI") == "true" {
+		t.Fatalf("bubblewrap is not usable: %s", caps.BwrapError)
+	}
+	t.Skipf("bubblewrap is not usable here: %s", caps.BwrapError)
+}
+
+// stateDir returns a fresh state directory reachable by the unprivileged
+// user sandboxes run as.
+func stateDir(t testing.TB) string {
+	t.Helper()
+	dir := envdtest.ShortTempDir(t)
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return filepath.Join(dir, "state")
+}
+
+type stack struct {
+	p     *local.Provider
+	store *boltstore.Store
+	m     *manage.Manager
+}
+
+func newStack(t testing.TB, dir string, mod func(*manage.Options)) *stack {
+	t.Helper()
+	requireBwrap(t, dir)
+	ctx := context.Background()
+	p, err := local.New(ctx, local.Config{StateDir: dir, EnvdBinary: envdtest.Binary(t), Isolation: local.IsolationBwrap, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	store, err := boltstore.Open(dir, boltstore.Options{Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := manage.Options{Provider: p, Store: store, AutoRecreate: true, Logger: quiet}
+	if mod != nil {
+		mod(&opts)
+	}
+	m, err := manage.New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &stack{p: p, store: store, m: m}
+	t.Cleanup(func() { s.close() })
+	return s
+}
+
+func (s *stack) close() {
+	ctx := context.Background()
+	_ = s.m.Shutdown(ctx)
+	_ = s.p.Close(ctx)
+	_ = s.store.Close()
+}
+
+func sh(script string) client.Command {
+	return client.Command{Cmd: "/bin/sh", Args: []string{"-c", script}}
+}
+
+// envdPid finds the envd process of sandbox id: the process running the
+// envd subcommand whose cgroup names the sandbox.
+func envdPid(t testing.TB, id string) int {
+	t.Helper()
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		pid := 0
+		for _, r := range e.Name() {
+			if r < '0' || r > '9' {
+				pid = -1
+				break
+			}
+			pid = pid*10 + int(r-'0')
+		}
+		if pid <= 0 {
+			continue
+		}
+		cmdline, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		args := strings.Split(string(cmdline), "\x00")
+		if len(args) < 2 || args[1] != "envd" {
+			continue
+		}
+		cg, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cgroup"))
+		if strings.Contains(string(cg), id) {
+			return pid
+		}
+	}
+	t.Fatalf("no envd process found for sandbox %s", id)
+	return 0
+}
+
+// runs counts how many times a command appended to the workspace file
+// name, read from the host: outside the sandbox.
+func runs(t testing.TB, p *local.Provider, id, name string) int {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join(p.Dir(id), "workspace", name))
+	if os.IsNotExist(err) {
+		return 0
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Count(string(raw), "ran\n")
+}
+
+type firstWrite struct {
+	once sync.Once
+	ch   chan struct{}
+}
+
+func (w *firstWrite) Write(p []byte) (int, error) {
+	w.once.Do(func() { close(w.ch) })
+	return len(p), nil
+}
+
+// SIGKILL of the daemon while a long command runs: the call returns with
+// "may have partly run", the command ran once and is never replayed, and the
+// next call runs in generation + 1 (the stopped sandbox is restarted with
+// its files).
+func TestLocalDaemonKilledMidCommand(t *testing.T) {
+	s := newStack(t, stateDir(t), nil)
+	ctx := t.Context()
+	l, err := s.m.Acquire(ctx, "k", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := l.Sandbox.ID
+	started := &firstWrite{ch: make(chan struct{})}
+	errc := make(chan error, 1)
+	go func() {
+		_, err := l.Client.Run(context.Background(), sh("echo ran >> count; echo started; exec sleep 300"), client.RunOptions{Stdout: started})
+		errc <- l.Check(err)
+	}()
+	<-started.ch
+	pid := envdPid(t, id)
+	killed := time.Now()
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	err = <-errc
+	returned := time.Since(killed)
+	l.Release()
+	le, ok := manage.IsLost(err)
+	if !ok || le.NotRun || !le.Replaced || le.Generation != 2 {
+		t.Fatalf("call during the daemon's death = %v (%+v); want 'may have partly run', replaced by generation 2", err, le)
+	}
+	t.Logf("the in-flight call returned %v after SIGKILL (goal: within 2 s)", returned)
+	l, err = s.m.Acquire(ctx, "k", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release()
+	if l.Generation != 2 {
+		t.Fatalf("next call on generation %d, want 2", l.Generation)
+	}
+	if n := runs(t, s.p, l.Sandbox.ID, "count"); n != 1 {
+		t.Fatalf("the command ran %d times; want exactly 1", n)
+	}
+	if res, err := l.Client.Run(ctx, sh("echo ran >> count"), client.RunOptions{}); err != nil || res.ExitCode != 0 {
+		t.Fatal(res, err)
+	}
+	if n := runs(t, s.p, l.Sandbox.ID, "count"); n != 2 {
+		t.Fatalf("count after the next call = %d, want 2", n)
+	}
+}
+
+// SIGKILL of the daemon while idle: the next call gets "NOT run" and its
+// command never runs.
+func TestLocalDaemonKilledWhileIdle(t *testing.T) {
+	s := newStack(t, stateDir(t), nil)
+	ctx := t.Context()
+	l, err := s.m.Acquire(ctx, "k", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := l.Sandbox.ID
+	l.Release()
+	done := s.p.Done(id)
+	if err := syscall.Kill(envdPid(t, id), syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-done // the provider has seen the daemon die
+	l, err = s.m.Acquire(ctx, "k", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = l.Client.Run(ctx, sh("echo ran >> count"), client.RunOptions{})
+	err = l.Check(err)
+	l.Release()
+	le, ok := manage.IsLost(err)
+	if !ok || !le.NotRun || !le.Replaced || le.Generation != 2 {
+		t.Fatalf("call after an idle death = %v (%+v); want NOT run, replaced by generation 2", err, le)
+	}
+	if n := runs(t, s.p, id, "count"); n != 0 {
+		t.Fatalf("the command ran %d times; want 0", n)
+	}
+}
+
+// Pause (the idle timer's path) freezes the sandbox; the next call resumes
+// it transparently, and a background process started before is still
+// running after.
+func TestLocalPauseResumeKeepsProcesses(t *testing.T) {
+	s := newStack(t, stateDir(t), func(o *manage.Options) { o.IdlePause = time.Hour })
+	ctx := t.Context()
+	l, err := s.m.Acquire(ctx, "k", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := l.Client.Start(ctx, sh("while :; do echo tick >> ticks; sleep 0.05; done"), false, client.StartOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid := h.Pid()
+	h.Disconnect()
+	l.Release()
+	if err := s.m.Pause(ctx, "k"); err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.p.Info(ctx, l.Sandbox.ID)
+	if err != nil || info.State != manage.StatePaused {
+		t.Fatalf("after Pause: %+v, %v", info, err)
+	}
+	l, err = s.m.Acquire(ctx, "k", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release()
+	if !slices.ContainsFunc(l.Events, func(e manage.Event) bool { return e.Kind == manage.EventResumed }) || l.Generation != 1 {
+		t.Fatalf("after resume: events %+v, generation %d; want a resumed event on generation 1", l.Events, l.Generation)
+	}
+	procs, err := l.Client.List(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.ContainsFunc(procs, func(p client.ProcessInfo) bool { return p.Pid == pid }) {
+		t.Fatalf("background process %d gone after pause and resume: %+v", pid, procs)
+	}
+	// And it still makes progress: its file grows past what it was.
+	ticks := filepath.Join(s.p.Dir(l.Sandbox.ID), "workspace", "ticks")
+	before := fileSize(ticks)
+	w, err := l.Client.Watch(ctx, "", false, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	for ev := range w.Events() {
+		if ev.Name == "ticks" && ev.Type == client.EventWrite {
+			break
+		}
+	}
+	if after := fileSize(ticks); after <= before {
+		t.Fatalf("background process made no progress after resume (%d → %d bytes)", before, after)
+	}
+}
+
+// fileSize is the size of the file at path, 0 when it does not exist yet.
+func fileSize(path string) int64 {
+	info, err := os.Stat(path)
+	if err != nil {
+		return 0
+	}
+	return info.Size()
+}
+
+// A server restarted with the same named workspace finds its files (the
+// stopped sandbox comes back with a new daemon, processes not).
+func TestLocalNamedWorkspaceSurvivesRestart(t *testing.T) {
+	dir := stateDir(t)
+	ctx := t.Context()
+	s1 := newStack(t, dir, nil)
+	l, err := s1.m.Acquire(ctx, "stdio:proj", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Client.Upload(ctx, "notes.txt", strings.NewReader("kept across restarts"), client.UploadOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	id := l.Sandbox.ID
+	l.Release()
+	s1.close()
+
+	s2 := newStack(t, dir, nil)
+	l, err = s2.m.Acquire(ctx, "stdio:proj", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release()
+	if l.Sandbox.ID != id || l.Generation != 2 || !slices.ContainsFunc(l.Events, func(e manage.Event) bool { return e.Kind == manage.EventRestarted }) {
+		t.Fatalf("after restart: sandbox %s generation %d events %+v; want %s restarted as generation 2", l.Sandbox.ID, l.Generation, l.Events, id)
+	}
+	dl, err := l.Client.Download(ctx, "notes.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _ := io.ReadAll(dl)
+	dl.Close()
+	if string(got) != "kept across restarts" {
+		t.Fatalf("notes.txt = %q", got)
+	}
+}
+
+// BenchmarkManagerColdAcquire is a new workspace's first call: Manager
+// Acquire (local provider Create) plus a Run of `true`.
+func BenchmarkManagerColdAcquire(b *testing.B) {
+	s := newStack(b, stateDir(b), nil)
+	i := 0
+	for b.Loop() {
+		i++
+		key := fmt.Sprintf("bench-%d", i)
+		l, err := s.m.Acquire(b.Context(), key, false)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := l.Client.Run(b.Context(), client.Command{Cmd: "/bin/true"}, client.RunOptions{}); err != nil {
+			b.Fatal(err)
+		}
+		l.Release()
+		b.StopTimer()
+		_ = s.m.EndSession(b.Context(), key)
+		b.StartTimer()
+	}
+}
+
+// BenchmarkManagerWarmAcquire is Acquire plus Release of a workspace whose
+// sandbox runs.
+func BenchmarkManagerWarmAcquire(b *testing.B) {
+	s := newStack(b, stateDir(b), nil)
+	l, err := s.m.Acquire(b.Context(), "warm", false)
+	if err != nil {
+		b.Fatal(err)
+	}
+	l.Release()
+	for b.Loop() {
+		l, err := s.m.Acquire(b.Context(), "warm", false)
+		if err != nil {
+			b.Fatal(err)
+		}
+		l.Release()
+	}
+}
+
+// BenchmarkManagerPauseResume is a Pause (freezer) and the transparent
+// resume of the next Acquire.
+func BenchmarkManagerPauseResume(b *testing.B) {
+	s := newStack(b, stateDir(b), nil)
+	l, err := s.m.Acquire(b.Context(), "pr", true)
+	if err != nil {
+		b.Fatal(err)
+	}
+	l.Release()
+	for b.Loop() {
+		if err := s.m.Pause(b.Context(), "pr"); err != nil {
+			b.Fatal(err)
+		}
+		l, err := s.m.Acquire(b.Context(), "pr", true)
+		if err != nil {
+			b.Fatal(err)
+		}
+		l.Release()
+	}
+}

@@ -1,0 +1,319 @@
+package local
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Several Providers, in one process or in several, may share a state
+// directory (a desktop client's server, an IDE's server and a person's
+// `sandbox-mcp call` all use the default one). Ownership is per sandbox,
+// kept with two advisory locks (flock) in its directory:
+//
+//	owner.lock  held exclusively by the Provider whose daemon runs the
+//	            sandbox, for as long as that daemon runs (the descriptor is
+//	            close-on-exec, so no child inherits it). The kernel drops it
+//	            when that process dies, and so does the daemon
+//	            (--die-with-parent): a free owner lock means nothing runs.
+//	op.lock     held exclusively while a Provider starts, pauses, resumes or
+//	            kills the sandbox, and shared while one reads the state of a
+//	            sandbox it does not own. Never held longer than one call.
+//
+// The owner writes daemon.json (pid, cgroup, isolation, and when the daemon
+// ended and why) so that other Providers can report on the sandbox and act
+// on it through the kernel: freeze its cgroup, signal its processes. The
+// lock order is: a Provider's in-process entry lock, then op.lock, then
+// owner.lock.
+const (
+	opLockFile     = "op.lock"
+	ownerLockFile  = "owner.lock"
+	daemonFile     = "daemon.json"
+	metadataFile   = "sandbox.json"
+	newDirPrefix   = ".new-"
+	trashDir       = ".trash"
+	staleNewDirAge = time.Minute
+)
+
+// errLocked is returned by a lock attempt that would block.
+var errLocked = errors.New("locked")
+
+// errSandboxGone means the sandbox directory went away (killed) while a lock
+// on it was awaited.
+var errSandboxGone = errors.New("sandbox directory removed")
+
+// lockFile opens path (creating it) and flocks it: how is unix.LOCK_SH or
+// unix.LOCK_EX. When the lock is held elsewhere it returns errLocked, or with
+// wait retries (with a short, growing pause: flock has no timeout and a
+// waiting thread cannot be abandoned cleanly) until ctx ends.
+func lockFile(ctx context.Context, path string, how int, wait bool) (*os.File, error) {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|syscall.O_NOFOLLOW, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	pause := 50 * time.Microsecond
+	for {
+		err := flock(f, how|unix.LOCK_NB)
+		if err == nil {
+			return f, nil
+		}
+		if !errors.Is(err, unix.EWOULDBLOCK) || !wait {
+			_ = f.Close()
+			if errors.Is(err, unix.EWOULDBLOCK) {
+				return nil, errLocked
+			}
+			return nil, fmt.Errorf("lock %s: %w", path, err)
+		}
+		t := time.NewTimer(pause)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			_ = f.Close()
+			return nil, ctx.Err()
+		case <-t.C:
+		}
+		pause = min(pause*2, 10*time.Millisecond)
+	}
+}
+
+// flock calls flock(2) on f, retrying when a signal interrupts it.
+func flock(f *os.File, how int) error {
+	for {
+		err := unix.Flock(int(f.Fd()), how)
+		if !errors.Is(err, unix.EINTR) {
+			return err
+		}
+	}
+}
+
+// lockOp takes a sandbox's op.lock (how: unix.LOCK_SH or unix.LOCK_EX),
+// waiting until ctx ends; with wait false a busy lock is errLocked. It
+// returns errSandboxGone when the directory does not exist or was moved
+// away (a Kill renames it) while waiting.
+func lockOp(ctx context.Context, dir string, how int, wait bool) (*os.File, error) {
+	path := filepath.Join(dir, opLockFile)
+	f, err := lockFile(ctx, path, how, wait)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, errSandboxGone
+	}
+	if err != nil {
+		return nil, err
+	}
+	held, err1 := f.Stat()
+	now, err2 := os.Lstat(path)
+	if err1 != nil || err2 != nil || !os.SameFile(held, now) {
+		_ = f.Close()
+		return nil, errSandboxGone
+	}
+	return f, nil
+}
+
+// ownerRunning reports whether some Provider holds the sandbox's owner lock,
+// that is runs its daemon. The caller holds op.lock, so no other Provider
+// probes or takes the owner lock meanwhile. A probe is a shared lock, which
+// any number of probing Providers can hold at once.
+func ownerRunning(dir string) (bool, error) {
+	f, err := lockFile(context.Background(), filepath.Join(dir, ownerLockFile), unix.LOCK_SH, false)
+	switch {
+	case errors.Is(err, errLocked):
+		return true, nil
+	case errors.Is(err, fs.ErrNotExist):
+		return false, errSandboxGone
+	case err != nil:
+		return false, err
+	}
+	_ = f.Close()
+	return false, nil
+}
+
+// endingGrace bounds the wait for an owner that recorded its daemon's end
+// to release the owner lock, which it does right after.
+const endingGrace = time.Second
+
+// settledOwnerRunning is ownerRunning, except that an owner whose record
+// says its daemon ended is given up to endingGrace to release the lock: its
+// waiter writes that record as its last step before releasing. An owner that
+// still holds the lock after that runs the sandbox (a new daemon whose record
+// could not be written). The caller holds op.lock.
+func settledOwnerRunning(ctx context.Context, dir string) (bool, error) {
+	running, err := ownerRunning(dir)
+	if err != nil || !running {
+		return running, err
+	}
+	if rec, err := readRecord(dir); err != nil || rec.EndedAt.IsZero() {
+		return true, nil
+	}
+	grace, cancel := context.WithTimeout(ctx, endingGrace)
+	defer cancel()
+	pause := 50 * time.Microsecond
+	for {
+		t := time.NewTimer(pause)
+		select {
+		case <-grace.Done():
+			t.Stop()
+			if ctx.Err() != nil {
+				return false, ctx.Err()
+			}
+			return true, nil
+		case <-t.C:
+		}
+		if running, err = ownerRunning(dir); err != nil || !running {
+			return running, err
+		}
+		pause = min(pause*2, 5*time.Millisecond)
+	}
+}
+
+// takeOwnership takes the sandbox's owner lock when it is free (errLocked
+// when another Provider holds it). The caller holds op.lock exclusively.
+func takeOwnership(dir string) (*os.File, error) {
+	f, err := lockFile(context.Background(), filepath.Join(dir, ownerLockFile), unix.LOCK_EX, false)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, errSandboxGone
+	}
+	return f, err
+}
+
+// awaitOwnership waits until the Provider that runs the sandbox released its
+// owner lock (its daemon died and it cleaned up) and takes it, until ctx
+// ends. The caller holds op.lock exclusively.
+func awaitOwnership(ctx context.Context, dir string) (*os.File, error) {
+	f, err := lockFile(ctx, filepath.Join(dir, ownerLockFile), unix.LOCK_EX, true)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, errSandboxGone
+	}
+	return f, err
+}
+
+// daemonRecord is daemon.json: what the Provider running a sandbox's daemon
+// tells the others about it.
+type daemonRecord struct {
+	// OwnerPID is the process that runs the daemon.
+	OwnerPID int `json:"owner_pid"`
+	// PID is the daemon's outermost process (bwrap, or envd), and PIDStart
+	// its start time in clock ticks since boot (/proc/PID/stat field 22),
+	// which tells it from a later process that reuses the pid.
+	PID      int    `json:"pid"`
+	PIDStart string `json:"pid_start"`
+	// Isolation is bwrap or none.
+	Isolation string `json:"isolation"`
+	// CgroupDirs are the sandbox's cgroup directories, Freezer the one with
+	// the freezer ("" without), CgroupV2 whether they are cgroup v2.
+	CgroupDirs []string `json:"cgroup_dirs,omitempty"`
+	Freezer    string   `json:"freezer,omitempty"`
+	CgroupV2   bool     `json:"cgroup_v2,omitempty"`
+	// StartedAt is when the daemon was started.
+	StartedAt time.Time `json:"started_at"`
+	// EndedAt and Exit say when and why the daemon ended; zero while it runs
+	// (and when its owner died without saying).
+	EndedAt time.Time `json:"ended_at,omitzero"`
+	Exit    string    `json:"exit,omitempty"`
+}
+
+// readRecord reads a sandbox's daemon.json.
+func readRecord(dir string) (daemonRecord, error) {
+	var r daemonRecord
+	data, err := os.ReadFile(filepath.Join(dir, daemonFile))
+	if err != nil {
+		return r, err
+	}
+	err = json.Unmarshal(data, &r)
+	return r, err
+}
+
+// writeRecord replaces a sandbox's daemon.json atomically. It fails, creating
+// nothing, when the directory is gone.
+func writeRecord(dir string, r daemonRecord) error {
+	data, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	return writeFileAtomic(filepath.Join(dir, daemonFile), append(data, '\n'), 0o600)
+}
+
+// writeFileAtomic writes data to a temporary file next to path and renames
+// it into place, so readers see the old or the new content, never a part.
+func writeFileAtomic(path string, data []byte, perm os.FileMode) error {
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*.tmp")
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(data)
+	if err == nil {
+		err = f.Chmod(perm)
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(f.Name(), path)
+	}
+	if err != nil {
+		_ = os.Remove(f.Name())
+	}
+	return err
+}
+
+// livePID returns the recorded daemon pid when that process still runs (its
+// start time matches the record), else 0.
+func (r daemonRecord) livePID() int {
+	if r.PID <= 0 || r.PIDStart == "" || procStart(r.PID) != r.PIDStart {
+		return 0
+	}
+	return r.PID
+}
+
+// cgroup returns the recorded cgroup, or nil. Only directories named after
+// the sandbox are accepted.
+func (r daemonRecord) cgroup(id string) *cgroup {
+	if len(r.CgroupDirs) == 0 {
+		return nil
+	}
+	cg := &cgroup{v2: r.CgroupV2}
+	for _, d := range r.CgroupDirs {
+		if filepath.Base(d) != id || !filepath.IsAbs(d) {
+			return nil
+		}
+		cg.dirs = append(cg.dirs, d)
+	}
+	if r.Freezer != "" && filepath.Base(r.Freezer) == id {
+		cg.freezer = r.Freezer
+	}
+	return cg
+}
+
+// pausedTree reports whether the process tree at pid was stopped with
+// SIGSTOP (Pause without a freezer): its outermost process is stopped.
+func pausedTree(pid int) bool {
+	st := procState(pid)
+	return st == 'T' || st == 't'
+}
+
+// procStart returns the start time of pid in clock ticks since boot (field
+// 22 of /proc/pid/stat), or "" when it is gone.
+func procStart(pid int) string {
+	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return ""
+	}
+	s := string(data)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return ""
+	}
+	f := strings.Fields(s[i+1:])
+	if len(f) < 20 {
+		return ""
+	}
+	return f[19]
+}
