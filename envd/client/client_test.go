@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"golang.org/x/sys/unix"
 
 	"github.com/sandbox-mcp/sandbox-mcp/envd/client"
 	"github.com/sandbox-mcp/sandbox-mcp/envd/daemon"
@@ -128,10 +129,35 @@ func TestDeadlineKillsProcessGroup(t *testing.T) {
 		t.Fatal(err)
 	}
 	pid, _ := strconv.Atoi(strings.TrimSpace(string(raw)))
-	// The group was SIGKILLed before the end event was sent; the grandchild
-	// may only linger as a zombie until reaped.
-	if pid == 0 || pidAlive(pid) {
+	// The group was SIGKILLed before the end event was sent; the kernel
+	// finishes the grandchild off right after (a zombie counts as gone).
+	if pid == 0 || !exitsSoon(t, pid) {
 		t.Fatalf("grandchild %d survived the deadline", pid)
+	}
+}
+
+// exitsSoon waits, through a pidfd (an event, not a poll), for pid to exit;
+// it reports false if it still runs after a generous bound.
+func exitsSoon(t *testing.T, pid int) bool {
+	t.Helper()
+	fd, err := unix.PidfdOpen(pid, 0)
+	if errors.Is(err, unix.ESRCH) {
+		return true
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+	for {
+		n, err := unix.Poll(fds, 20_000)
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n == 1
 	}
 }
 
@@ -154,10 +180,33 @@ func TestCancelKillsProcess(t *testing.T) {
 	if client.IsPossibleLoss(err) {
 		t.Errorf("a caller's cancellation must not look like a sandbox loss: %v", err)
 	}
-	// Run returns after the kill was acknowledged: the process is gone.
-	if pidAlive(int(pid)) {
-		t.Fatalf("process %d still alive after cancel", pid)
+	// Run returns once the kill was acknowledged; the kernel ends the process
+	// right after. Its end event (envd keeps it for late attachers) says how.
+	res := waitEnd(t, c, client.ByPid(pid))
+	if res != nil && (res.Exited || res.Signal != "killed") {
+		t.Fatalf("process %d after cancel: %+v; want killed", pid, res)
 	}
+	if pidAlive(int(pid)) {
+		t.Fatalf("process %d still alive after its end event", pid)
+	}
+}
+
+// waitEnd attaches to the selected process and waits for its end event; nil
+// when envd no longer knows it at all.
+func waitEnd(t *testing.T, c *client.Client, sel client.Selector) *client.Result {
+	t.Helper()
+	h, err := c.Connect(t.Context(), sel, client.StartOptions{})
+	if client.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := h.Wait(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res
 }
 
 func TestCancelBeforePidKillsByTag(t *testing.T) {
@@ -169,6 +218,10 @@ func TestCancelBeforePidKillsByTag(t *testing.T) {
 	cmd.Tag = "early-cancel"
 	if _, err := c.Run(ctx, cmd, client.RunOptions{}); connect.CodeOf(err) != connect.CodeCanceled {
 		t.Fatalf("Run = %v; want canceled", err)
+	}
+	// Killed by tag (or by pid once its start event arrived): its end says so.
+	if res := waitEnd(t, c, client.ByTag("early-cancel")); res != nil && (res.Exited || res.Signal != "killed") {
+		t.Fatalf("process tagged early-cancel after cancel: %+v; want killed", res)
 	}
 	procs, err := c.List(t.Context())
 	if err != nil {
