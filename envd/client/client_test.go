@@ -297,10 +297,8 @@ func TestCloseStdinGivesEOF(t *testing.T) {
 	if err := h.SendInput(ctx, []byte("12345")); err != nil {
 		t.Fatal(err)
 	}
-	for range 2 { // idempotent
-		if err := h.CloseStdin(ctx); err != nil {
-			t.Fatal(err)
-		}
+	if err := h.CloseStdin(ctx); err != nil {
+		t.Fatal(err)
 	}
 	res, err := h.Wait(ctx)
 	if err != nil {
@@ -308,6 +306,19 @@ func TestCloseStdinGivesEOF(t *testing.T) {
 	}
 	if strings.TrimSpace(string(res.Stdout.Bytes())) != "5" {
 		t.Fatalf("wc saw %q", res.Stdout.Bytes())
+	}
+	// Closing twice is not an error (on a process that outlives its stdin).
+	sleeper, err := c.Start(ctx, sh("exec sleep 300"), true, client.StartOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if err := sleeper.CloseStdin(ctx); err != nil {
+			t.Fatalf("CloseStdin: %v", err)
+		}
+	}
+	if err := sleeper.Kill(ctx); err != nil {
+		t.Fatal(err)
 	}
 }
 
