@@ -185,6 +185,22 @@ func (d *Daemon) Shutdown(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
+// Abort stops the daemon the way a crash would look to its clients:
+// connections are dropped at once (streams end without their end events),
+// then the processes are killed. Tests use it to simulate a lost sandbox.
+func (d *Daemon) Abort() {
+	d.mu.Lock()
+	d.closed = true
+	servers := d.servers
+	d.servers = nil
+	d.mu.Unlock()
+	for _, srv := range servers {
+		_ = srv.Close()
+	}
+	d.procs.Close()
+	d.files.Close()
+}
+
 // Close is Shutdown without waiting for in-flight requests.
 func (d *Daemon) Close() error {
 	ctx, cancel := context.WithCancel(context.Background())

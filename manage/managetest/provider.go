@@ -198,6 +198,16 @@ func (sb *sandbox) stop() {
 	sb.d = nil
 }
 
+// crash stops the daemon as a crash would: connections dropped first.
+func (sb *sandbox) crash() {
+	if sb.d == nil {
+		return
+	}
+	sb.d.Abort()
+	<-sb.served
+	sb.d = nil
+}
+
 func (p *Provider) describe(sb *sandbox) manage.Sandbox {
 	return manage.Sandbox{
 		ID: sb.id, Provider: p.Name(), State: sb.state, Detail: sb.detail, CreatedAt: sb.created,
@@ -216,7 +226,7 @@ func (p *Provider) LoseDaemon(id string, keepFiles bool) error {
 	if !ok {
 		return fmt.Errorf("no sandbox %s", id)
 	}
-	sb.stop()
+	sb.crash()
 	sb.endedAt = time.Now()
 	if keepFiles {
 		sb.state, sb.detail, sb.lostFile = manage.StateStopped, "daemon exited: signal: killed", true
