@@ -156,7 +156,10 @@ func rows() []row {
 		{what: "32 HTTP sessions × 50 no-process calls, p99", m: m("server.BenchmarkConcurrentSessions/noop", "p99-µs"), base: p("server.BenchmarkConcurrentSessions/noop", "p50-µs"), baseWhat: "its own p50"},
 		{what: "cold local sandbox create → first `true` (bwrap)", m: m("manage/local.BenchmarkCreateToFirstRun/bwrap", "ns/op"), base: p("manage/local.BenchmarkBwrapTrue", "ns/op"), baseWhat: "`bwrap … /bin/true`", goal: "≤ 50 ms median"},
 		{what: "cold local sandbox create → first `true` (none)", m: m("manage/local.BenchmarkCreateToFirstRun/none", "ns/op"), base: p("manage/local.BenchmarkExecTrue", "ns/op"), baseWhat: "os/exec `true`"},
-		{what: "pause + resume (cgroup freezer)", m: m("manage/local.BenchmarkPauseResume/freezer", "ns/op")},
+		{what: "pause + resume (cgroup freezer), provider", m: m("manage/local.BenchmarkPauseResume/freezer", "ns/op"), base: p("manage/local.BenchmarkBwrapTrue", "ns/op"), baseWhat: "`bwrap … /bin/true`"},
+		{what: "Manager: cold acquire of a new workspace + first `true`", m: m("manage/local.BenchmarkManagerColdAcquire", "ns/op"), base: p("manage/local.BenchmarkBwrapTrue", "ns/op"), baseWhat: "`bwrap … /bin/true`"},
+		{what: "Manager: warm acquire + release (running sandbox)", m: m("manage/local.BenchmarkManagerWarmAcquire", "ns/op"), base: p("manage/local.BenchmarkExecTrue", "ns/op"), baseWhat: "os/exec `true`"},
+		{what: "Manager: pause, then the next acquire resumes", m: m("manage/local.BenchmarkManagerPauseResume", "ns/op"), base: p("manage/local.BenchmarkBwrapTrue", "ns/op"), baseWhat: "`bwrap … /bin/true`"},
 		{what: "stdout throughput, 256 MiB through envd to the client", m: m("envd/client.BenchmarkStdoutThroughput", "MB/s"), goal: "≥ 500 MB/s", higherIsBetter: true},
 		{what: "envd daemon peak RSS during 256 MiB of stdout", m: m("envd/client.BenchmarkStdoutThroughput", "daemon-peak-MiB")},
 		{what: "client peak RSS, 256 MiB of stdout", m: m("envd/client.BenchmarkStdoutThroughput", "client-peak-MiB-256MiB"), base: p("envd/client.BenchmarkStdoutThroughput", "client-peak-MiB-64MiB"), baseWhat: "client peak RSS, 64 MiB", goal: "independent of output size"},
@@ -176,7 +179,7 @@ func machine(header []string) []string {
 		return strings.TrimSpace(string(b))
 	}
 	out = append(out, "kernel: "+run("uname", "-srm"))
-	out = append(out, fmt.Sprintf("cpus: %d (%s)", runtime.NumCPU(), strings.TrimPrefix(firstWith(header, "cpu: "), "cpu: ")))
+	out = append(out, fmt.Sprintf("cpus: %d (%s)", runtime.NumCPU(), strings.TrimSpace(strings.TrimPrefix(firstWith(header, "cpu: "), "cpu: "))))
 	if mem := run("sh", "-c", "awk '/MemTotal/ {printf \"%.1f GiB\", $2/1048576}' /proc/meminfo"); mem != "" {
 		out = append(out, "memory: "+mem)
 	}
@@ -233,7 +236,7 @@ func main() {
 			continue
 		}
 		ratio := v / bv
-		fmt.Fprintf(w, "| %s | %s | %s | %s | %.2f× | %s |\n", r.what, val, r.baseWhat, fmtValue(bv, r.base.unit), ratio, r.goal)
+		fmt.Fprintf(w, "| %s | %s | %s | %s | %s× | %s |\n", r.what, val, r.baseWhat, fmtValue(bv, r.base.unit), strconv.FormatFloat(ratio, 'g', 3, 64), r.goal)
 	}
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "All benchmarks (medians):")
