@@ -628,7 +628,6 @@ func serveCommand(fs *flag.FlagSet, g *globals) func(context.Context, []string) 
 			scheme = "https"
 		}
 		url := fmt.Sprintf("%s://%s/mcp", scheme, ln.Addr())
-		g.log.Info("serving MCP over streamable HTTP", "url", url, "auth", len(cfg.AuthTokens) > 0, "tls", o.tlsCert != "")
 		if o.readyFD > 0 {
 			if f := os.NewFile(uintptr(o.readyFD), "ready-fd"); f != nil {
 				fmt.Fprintf(f, "ready %s\n", url)

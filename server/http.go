@@ -112,7 +112,11 @@ func (s *Server) ServeHTTP(ctx context.Context, ln net.Listener) error {
 			served <- srv.Serve(ln)
 		}
 	}()
-	s.log.Info("serving MCP over streamable HTTP", "addr", ln.Addr().String(), "tls", tlsOn, "auth", len(s.tokens) > 0)
+	scheme := "http"
+	if tlsOn {
+		scheme = "https"
+	}
+	s.log.Info("serving MCP over streamable HTTP", "url", scheme+"://"+ln.Addr().String()+"/mcp", "tls", tlsOn, "auth", len(s.tokens) > 0)
 
 	select {
 	case err := <-served:
