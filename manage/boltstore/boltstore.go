@@ -151,26 +151,16 @@ func (s *Store) openOnce(readOnly bool) (db *bolt.DB, err error) {
 	return nil, fmt.Errorf("store file %s: %w", s.path, err)
 }
 
-func (s *Store) update(fn func(*bolt.Tx) error) (err error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	db, err := s.open(false)
-	if err != nil {
-		return err
-	}
-	defer db.Close()
-	defer func() {
-		if p := recover(); p != nil {
-			err = fmt.Errorf("store file %s: %w: %v", s.path, errCorrupt, p)
-		}
-	}()
-	return db.Update(fn)
-}
+func (s *Store) update(fn func(*bolt.Tx) error) error { return s.tx(false, fn) }
 
-func (s *Store) view(fn func(*bolt.Tx) error) (err error) {
+func (s *Store) view(fn func(*bolt.Tx) error) error { return s.tx(true, fn) }
+
+// tx opens the file for one transaction and closes it again, so other
+// processes sharing the state directory get their turn.
+func (s *Store) tx(readOnly bool, fn func(*bolt.Tx) error) (err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	db, err := s.open(true)
+	db, err := s.open(readOnly)
 	if err != nil {
 		return err
 	}
@@ -180,7 +170,10 @@ func (s *Store) view(fn func(*bolt.Tx) error) (err error) {
 			err = fmt.Errorf("store file %s: %w: %v", s.path, errCorrupt, p)
 		}
 	}()
-	return db.View(fn)
+	if readOnly {
+		return db.View(fn)
+	}
+	return db.Update(fn)
 }
 
 // Get implements manage.Store.
