@@ -163,8 +163,8 @@ func rows() []row {
 		{what: "stdout throughput, 256 MiB through envd to the client", m: m("envd/client.BenchmarkStdoutThroughput", "MB/s"), goal: "≥ 500 MB/s", higherIsBetter: true},
 		{what: "envd daemon peak RSS during 256 MiB of stdout", m: m("envd/client.BenchmarkStdoutThroughput", "daemon-peak-MiB")},
 		{what: "client peak RSS, 256 MiB of stdout", m: m("envd/client.BenchmarkStdoutThroughput", "client-peak-MiB-256MiB"), base: p("envd/client.BenchmarkStdoutThroughput", "client-peak-MiB-64MiB"), baseWhat: "client peak RSS, 64 MiB", goal: "independent of output size"},
-		{what: "put_files throughput (8 MiB file)", m: m("tools.BenchmarkPutFiles", "MB/s"), base: p("tools.BenchmarkCopyBaseline", "MB/s"), baseWhat: "host file copy", higherIsBetter: true},
-		{what: "read_files throughput (8 MiB file)", m: m("tools.BenchmarkReadFiles", "MB/s"), base: p("tools.BenchmarkCopyBaseline", "MB/s"), baseWhat: "host file copy", higherIsBetter: true},
+		{what: "put_files throughput (8 MiB file)", m: m("tools.BenchmarkPutFiles", "MB/s"), base: p("tools.BenchmarkCopyBaseline", "MB/s"), baseWhat: "cp of the same file on the host", higherIsBetter: true},
+		{what: "read_files throughput (8 MiB file)", m: m("tools.BenchmarkReadFiles", "MB/s"), base: p("tools.BenchmarkCopyBaseline", "MB/s"), baseWhat: "cp of the same file on the host", higherIsBetter: true},
 		{what: "server peak RSS, workspace_exec writing 256 MiB of stdout", m: m("main.BenchmarkServerRSS/256MiB", "server-peak-MiB"), base: p("main.BenchmarkServerRSS/true", "server-peak-MiB"), baseWhat: "after `true`", goal: "bounded"},
 	}
 }
