@@ -133,8 +133,10 @@ func fmtDuration(d time.Duration) string {
 		return fmt.Sprintf("%.2f s", d.Seconds())
 	case d >= time.Millisecond:
 		return fmt.Sprintf("%.2f ms", float64(d)/float64(time.Millisecond))
-	default:
+	case d >= 10*time.Microsecond:
 		return fmt.Sprintf("%.0f µs", float64(d)/float64(time.Microsecond))
+	default:
+		return fmt.Sprintf("%d ns", d.Nanoseconds())
 	}
 }
 
@@ -262,6 +264,6 @@ func main() {
 		fmt.Fprintf(w, "| `%s` | %s |\n", k, strings.Join(parts, ", "))
 	}
 	if *rawPath != "" {
-		fmt.Fprintf(w, "\nRaw output: `%s` (not committed).\n", *rawPath)
+		fmt.Fprintf(w, "\nRaw `go test -bench` output: `%s`.\n", *rawPath)
 	}
 }
