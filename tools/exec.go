@@ -451,14 +451,23 @@ func startBackground(ctx context.Context, d *Deps, c *Call, lease *manage.Lease,
 
 // sendInput writes data to pid's stdin in frames of at most stdinFrame.
 func sendInput(ctx context.Context, cli *client.Client, pid uint32, data []byte) error {
+	_, err := sendInputCounted(ctx, cli, pid, data)
+	return err
+}
+
+// sendInputCounted is sendInput that also says how many bytes went in
+// (whole frames) before an error.
+func sendInputCounted(ctx context.Context, cli *client.Client, pid uint32, data []byte) (int, error) {
+	written := 0
 	for len(data) > 0 {
 		n := min(len(data), stdinFrame)
 		if err := cli.SendInput(ctx, client.ByPid(pid), data[:n], false); err != nil {
-			return err
+			return written, err
 		}
+		written += n
 		data = data[n:]
 	}
-	return nil
+	return written, nil
 }
 
 // isStdinGone reports an envd error meaning the process's stdin no longer

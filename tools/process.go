@@ -2,6 +2,7 @@ package tools
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"path"
@@ -709,10 +710,21 @@ func runProcessInput(ctx context.Context, d *Deps, c *Call, in *processInputInpu
 	}
 	out := &processInputOutput{Process: e.handle}
 	if in.Data != "" {
-		if err := sendInput(ctx, lease.Client, e.pid, []byte(in.Data)); err != nil {
+		// A process that does not read its input would hold the call
+		// forever once the pipe is full: bound the wait.
+		inputWait := d.Config.InputWait
+		wctx, cancel := context.WithTimeout(ctx, inputWait)
+		n, err := sendInputCounted(wctx, lease.Client, e.pid, []byte(in.Data))
+		cancel()
+		if err != nil && ctx.Err() == nil && (connect.CodeOf(err) == connect.CodeDeadlineExceeded || errors.Is(err, context.DeadlineExceeded)) {
+			return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf(
+				"process %s is not reading its standard input: %d of %d bytes went in within %s and the rest was not sent; check it with process_output",
+				e.handle, n, len(in.Data), inputWait))
+		}
+		if err != nil {
 			return nil, gone(err)
 		}
-		out.Written = len(in.Data)
+		out.Written = n
 	}
 	if in.Close {
 		// A process that ended (perhaps on the data just written) or

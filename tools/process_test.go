@@ -564,3 +564,16 @@ func TestProcessRegistryBounds(t *testing.T) {
 		t.Fatalf("%+v", l)
 	}
 }
+
+// process_input to a process that never reads its input does not hang the
+// call: it gives up after Config.InputWait and says how much went in.
+func TestProcessInputToANonReader(t *testing.T) {
+	h := newHarness(t, harnessOptions{config: Config{InputWait: 300 * time.Millisecond}})
+	bg := h.startBackground(map[string]any{"command": "exec sleep 300"})
+	text := h.fail("process_input", map[string]any{"process": bg.Process, "data": strings.Repeat("x", 1<<20)})
+	if !strings.Contains(text, "not reading its standard input") || !strings.Contains(text, "of 1048576 bytes") {
+		t.Fatalf("process_input to a non-reader: %q", text)
+	}
+	// The process and the server are fine afterwards.
+	h.ok("process_signal", map[string]any{"process": bg.Process, "signal": "KILL"}, nil)
+}

@@ -82,6 +82,9 @@ type Config struct {
 	// SignalGrace is how long process_signal waits after TERM before KILL.
 	// Default five seconds.
 	SignalGrace time.Duration
+	// InputWait bounds how long process_input waits for a process that does
+	// not read its input. Default 30 seconds.
+	InputWait time.Duration
 }
 
 // DefaultConfig returns the defaults of the serve command's flags.
@@ -94,6 +97,7 @@ func DefaultConfig() Config {
 		MaxReadBytes:     1 << 20,
 		ProgressInterval: time.Second,
 		SignalGrace:      5 * time.Second,
+		InputWait:        30 * time.Second,
 	}
 }
 
@@ -134,6 +138,9 @@ func NewDeps(m *manage.Manager, cfg Config, log *slog.Logger) *Deps {
 	}
 	if cfg.SignalGrace <= 0 {
 		cfg.SignalGrace = def.SignalGrace
+	}
+	if cfg.InputWait <= 0 {
+		cfg.InputWait = def.InputWait
 	}
 	if log == nil {
 		log = slog.Default()

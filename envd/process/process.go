@@ -17,6 +17,7 @@
 package process
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -111,6 +112,9 @@ type Process struct {
 
 	inMu  sync.Mutex
 	stdin *os.File // nil when never opened or closed
+	// writeMu serialises context-bound stdin writes, whose deadlines apply
+	// to the whole pipe.
+	writeMu sync.Mutex
 
 	readers     []*reader
 	readersLeft int // guarded by mu
@@ -193,6 +197,13 @@ func (p *Process) signalGroupLocked(sig syscall.Signal) error {
 // full. It fails with ErrStdinClosed when the process has no stdin pipe or it
 // was closed, and with ErrTTY for a PTY process.
 func (p *Process) WriteStdin(b []byte) error {
+	return p.WriteStdinContext(context.Background(), b)
+}
+
+// WriteStdinContext is WriteStdin that gives up when ctx ends (a process
+// that does not read its input must not hold the caller forever); it then
+// returns ctx's error, and some of b may have been written.
+func (p *Process) WriteStdinContext(ctx context.Context, b []byte) error {
 	if p.ptmx != nil {
 		return fmt.Errorf("%w with pid %d; send pty input instead", ErrTTY, p.pid)
 	}
@@ -202,9 +213,23 @@ func (p *Process) WriteStdin(b []byte) error {
 	if f == nil {
 		return p.stdinClosed()
 	}
+	if ctx.Done() != nil {
+		// Writers take turns, so the deadline below only cuts this one.
+		p.writeMu.Lock()
+		defer p.writeMu.Unlock()
+		stop := context.AfterFunc(ctx, func() { _ = f.SetWriteDeadline(time.Now()) })
+		defer func() {
+			if !stop() {
+				_ = f.SetWriteDeadline(time.Time{})
+			}
+		}()
+	}
 	if _, err := f.Write(b); err != nil {
 		if errors.Is(err, os.ErrClosed) {
 			return p.stdinClosed()
+		}
+		if errors.Is(err, os.ErrDeadlineExceeded) && ctx.Err() != nil {
+			return fmt.Errorf("write to stdin of process with pid %d: %w (the process is not reading its input)", p.pid, ctx.Err())
 		}
 		return fmt.Errorf("write to stdin of process with pid %d: %w", p.pid, err)
 	}

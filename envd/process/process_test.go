@@ -4,6 +4,7 @@ package process
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"os"
 	"os/exec"
@@ -496,5 +497,43 @@ func BenchmarkStdout256MiB(b *testing.B) {
 		if n != total {
 			b.Fatalf("got %d bytes", n)
 		}
+	}
+}
+
+// A process that never reads its input must not hold a writer forever: the
+// write gives up when its context ends, and the pipe works afterwards.
+func TestWriteStdinContextGivesUp(t *testing.T) {
+	tab := newTable(t, TableOptions{})
+	p, _ := start(t, tab, Spec{Config: Config{Cmd: "/bin/sh", Args: []string{"-c", "sleep 300"}}, Stdin: true})
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() { errc <- p.WriteStdinContext(ctx, make([]byte, 4<<20)) }() // far more than a pipe holds
+	cancel()
+	err := <-errc
+	if !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), "not reading its input") {
+		t.Fatalf("WriteStdinContext on a process that never reads = %v; want a context error saying so", err)
+	}
+	// The pipe is still the process's: closing it works.
+	if err := p.CloseStdin(); err != nil {
+		t.Fatalf("CloseStdin after a cancelled write: %v", err)
+	}
+}
+
+// After a cancelled write, the deadline is cleared: a later write to a
+// process that reads goes through.
+func TestWriteStdinContextClearsDeadline(t *testing.T) {
+	tab := newTable(t, TableOptions{})
+	p, sub := start(t, tab, Spec{Config: Config{Cmd: "/bin/sh", Args: []string{"-c", "cat"}}, Stdin: true})
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_ = p.WriteStdinContext(ctx, []byte("line\n")) // may or may not go in before the cancel lands
+	if err := p.WriteStdinContext(context.Background(), []byte("after\n")); err != nil {
+		t.Fatalf("write after a cancelled one: %v", err)
+	}
+	if err := p.CloseStdin(); err != nil {
+		t.Fatal(err)
+	}
+	if out := collect(t, sub).stdout.String(); !strings.HasSuffix(out, "after\n") {
+		t.Fatalf("output %q lacks the later write", out)
 	}
 }

@@ -150,12 +150,12 @@ func (s *Service) List(_ context.Context, _ *connect.Request[pb.ListRequest]) (*
 }
 
 // SendInput writes one chunk of input to a live process's stdin or terminal.
-func (s *Service) SendInput(_ context.Context, req *connect.Request[pb.SendInputRequest]) (*connect.Response[pb.SendInputResponse], error) {
+func (s *Service) SendInput(ctx context.Context, req *connect.Request[pb.SendInputRequest]) (*connect.Response[pb.SendInputResponse], error) {
 	p, err := s.find(req.Msg.GetProcess(), false)
 	if err != nil {
 		return nil, err
 	}
-	if err := writeInput(p, req.Msg.GetInput()); err != nil {
+	if err := writeInput(ctx, p, req.Msg.GetInput()); err != nil {
 		return nil, err
 	}
 	return connect.NewResponse(&pb.SendInputResponse{}), nil
@@ -163,7 +163,7 @@ func (s *Service) SendInput(_ context.Context, req *connect.Request[pb.SendInput
 
 // StreamInput takes a start{process} frame, then data{input} frames, and
 // writes each input to the process. Keepalive frames are ignored.
-func (s *Service) StreamInput(_ context.Context, stream *connect.ClientStream[pb.StreamInputRequest]) (*connect.Response[pb.StreamInputResponse], error) {
+func (s *Service) StreamInput(ctx context.Context, stream *connect.ClientStream[pb.StreamInputRequest]) (*connect.Response[pb.StreamInputResponse], error) {
 	var p *process.Process
 	for stream.Receive() {
 		msg := stream.Msg()
@@ -182,7 +182,7 @@ func (s *Service) StreamInput(_ context.Context, stream *connect.ClientStream[pb
 		}
 		switch ev := msg.GetEvent().(type) {
 		case *pb.StreamInputRequest_Data:
-			if err := writeInput(p, ev.Data.GetInput()); err != nil {
+			if err := writeInput(ctx, p, ev.Data.GetInput()); err != nil {
 				return nil, err
 			}
 		case *pb.StreamInputRequest_Keepalive:
@@ -213,11 +213,13 @@ func frameKind(msg *pb.StreamInputRequest) string {
 	return "an empty frame"
 }
 
-func writeInput(p *process.Process, in *pb.ProcessInput) error {
+// writeInput writes one input; a write blocked on a process that does not
+// read ends when the call does (client gone or its deadline passed).
+func writeInput(ctx context.Context, p *process.Process, in *pb.ProcessInput) error {
 	var err error
 	switch v := in.GetInput().(type) {
 	case *pb.ProcessInput_Stdin:
-		err = p.WriteStdin(v.Stdin)
+		err = p.WriteStdinContext(ctx, v.Stdin)
 	case *pb.ProcessInput_Pty:
 		err = p.WritePTY(v.Pty)
 	default:

@@ -247,6 +247,10 @@ func inputError(err error) error {
 		return connect.NewError(connect.CodeInternal, err)
 	case errors.Is(err, process.ErrTTY), errors.Is(err, process.ErrNoTTY):
 		return connect.NewError(connect.CodeFailedPrecondition, err)
+	case errors.Is(err, context.DeadlineExceeded):
+		return connect.NewError(connect.CodeDeadlineExceeded, err)
+	case errors.Is(err, context.Canceled):
+		return connect.NewError(connect.CodeCanceled, err)
 	}
 	return connect.NewError(connect.CodeInternal, err)
 }
