@@ -511,3 +511,25 @@ func TestReaperKillsLongPausedSandboxes(t *testing.T) {
 		t.Fatalf("Acquire after reaping = %v; want a not-run LostError with a replacement", err)
 	}
 }
+
+// Reset of a workspace this process has not used yet destroys the sandbox
+// an earlier run recorded, and continues its generations.
+func TestResetOfARecordedWorkspace(t *testing.T) {
+	p := managetest.New(t)
+	store := manage.NewMemoryStore()
+	m1 := newManager(t, p, func(o *manage.Options) { o.Store = store })
+	l := acquire(t, m1, "k")
+	old := l.Sandbox.ID
+	l.Release()
+	m2 := newManager(t, p, func(o *manage.Options) { o.Store = store })
+	gen, err := m2.Reset(t.Context(), "k", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if gen != 2 {
+		t.Fatalf("generation after reset = %d, want 2", gen)
+	}
+	if info, _ := p.Info(t.Context(), old); info.State != manage.StateGone {
+		t.Fatalf("the recorded sandbox %s is %s after reset, want gone", old, info.State)
+	}
+}

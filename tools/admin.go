@@ -166,15 +166,8 @@ func runWorkspaceReset(ctx context.Context, c *Call, in *workspaceResetInput) (*
 	if !in.Confirm {
 		return nil, inputErr("confirm", "must be true to reset: resetting destroys all files, packages and processes of the sandbox")
 	}
-	// Load the workspace first: Manager.Reset does not consult the store,
-	// so on a workspace this process has not used yet it would restart the
-	// generations at 1 and leave a recorded sandbox behind. A lost sandbox
-	// is no obstacle to a reset.
-	if l, err := c.d.Manager.Acquire(ctx, c.ws.Key, c.ws.Named); err == nil {
-		l.Release()
-	} else if !isLost(err) && ctx.Err() != nil {
-		return nil, err
-	}
+	// Reset reads the store for a workspace this process has not used yet,
+	// so a sandbox recorded by an earlier run is destroyed too.
 	gen, err := c.d.Manager.Reset(ctx, c.ws.Key, c.ws.Named)
 	if err != nil {
 		return nil, err
