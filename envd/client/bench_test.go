@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -13,20 +12,6 @@ import (
 	"github.com/sandbox-mcp/sandbox-mcp/envd/client"
 	"github.com/sandbox-mcp/sandbox-mcp/envd/envdtest"
 )
-
-// reportPercentiles adds p50 and p99 of ds (in µs) to b's metrics.
-func reportPercentiles(b *testing.B, ds []time.Duration) {
-	if len(ds) == 0 {
-		return
-	}
-	slices.Sort(ds)
-	at := func(q float64) float64 {
-		i := int(q * float64(len(ds)-1))
-		return float64(ds[i].Microseconds())
-	}
-	b.ReportMetric(at(0.50), "p50-µs")
-	b.ReportMetric(at(0.99), "p99-µs")
-}
 
 // BenchmarkRunTrue is one Run of `true` through the envd client over the
 // unix socket of a daemon running as its own process. Compare with
@@ -48,7 +33,7 @@ func BenchmarkRunTrue(b *testing.B) {
 		}
 		ds = append(ds, time.Since(t0))
 	}
-	reportPercentiles(b, ds)
+	envdtest.ReportPercentiles(b, ds)
 }
 
 // BenchmarkExecTrue is the baseline for BenchmarkRunTrue.
@@ -61,7 +46,7 @@ func BenchmarkExecTrue(b *testing.B) {
 		}
 		ds = append(ds, time.Since(t0))
 	}
-	reportPercentiles(b, ds)
+	envdtest.ReportPercentiles(b, ds)
 }
 
 // BenchmarkStdoutThroughput streams 256 MiB of stdout from the daemon (its

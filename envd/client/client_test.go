@@ -8,12 +8,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -234,6 +236,237 @@ func TestCancelBeforePidKillsByTag(t *testing.T) {
 	}
 }
 
+// gatedDaemon serves an in-process daemon's handler on its own socket, with
+// hooks on Start (and WatchDir) calls: spawned receives once a call spawned
+// its process (or watch) and sends its first bytes (envd answers the call
+// with the start event), which wait until open is closed or the call ends;
+// with headersFirst the response headers go out before the wait, the start
+// event after it. started receives when such a handler returned, signalled
+// when a SendSignal call was answered.
+type gatedDaemon struct {
+	endpoint     string
+	headersFirst bool
+	open         chan struct{}
+	spawned      chan struct{}
+	started      chan struct{}
+	signalled    chan struct{}
+}
+
+func serveGated(t *testing.T, open, headersFirst bool) *gatedDaemon {
+	t.Helper()
+	d := envdtest.Serve(t, "unix", daemon.Config{})
+	g := &gatedDaemon{headersFirst: headersFirst, open: make(chan struct{}),
+		spawned: make(chan struct{}, 64), started: make(chan struct{}, 64), signalled: make(chan struct{}, 64)}
+	if open {
+		close(g.open)
+	}
+	h := d.D.Handler()
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/process.Process/Start", "/filesystem.Filesystem/WatchDir":
+			defer func() { g.started <- struct{}{} }()
+			h.ServeHTTP(&gatedWriter{ResponseWriter: w, ctx: r.Context(), g: g}, r)
+		case "/process.Process/SendSignal":
+			defer func() { g.signalled <- struct{}{} }()
+			h.ServeHTTP(w, r)
+		default:
+			h.ServeHTTP(w, r)
+		}
+	}), Protocols: new(http.Protocols)}
+	srv.Protocols.SetHTTP1(true)
+	srv.Protocols.SetUnencryptedHTTP2(true)
+	sock := filepath.Join(envdtest.ShortTempDir(t), "g")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { srv.Close() })
+	g.endpoint = "unix:" + sock
+	return g
+}
+
+// gatedWriter holds a Start response's first bytes until the gate opens.
+type gatedWriter struct {
+	http.ResponseWriter
+	ctx  context.Context
+	g    *gatedDaemon
+	once sync.Once
+}
+
+func (w *gatedWriter) wait() error {
+	w.once.Do(func() {
+		if w.g.headersFirst {
+			w.ResponseWriter.(http.Flusher).Flush()
+		}
+		w.g.spawned <- struct{}{}
+	})
+	select {
+	case <-w.g.open:
+		return nil
+	case <-w.ctx.Done():
+		return w.ctx.Err()
+	}
+}
+
+func (w *gatedWriter) Write(p []byte) (int, error) {
+	if err := w.wait(); err != nil {
+		return 0, err
+	}
+	return w.ResponseWriter.Write(p)
+}
+
+func (w *gatedWriter) Flush() {
+	if w.wait() == nil {
+		w.ResponseWriter.(http.Flusher).Flush()
+	}
+}
+
+// within receives from ch, failing the test if nothing comes in a generous
+// bound.
+func within(t *testing.T, ch <-chan struct{}, what string) {
+	t.Helper()
+	select {
+	case <-ch:
+	case <-time.After(20 * time.Second):
+		t.Fatalf("no %s", what)
+	}
+}
+
+// assertNoProcessTagged waits (bounded) for the end of any process tagged
+// tag and fails if one is still running.
+func assertNoProcessTagged(t *testing.T, c *client.Client, tag string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	h, err := c.Connect(ctx, client.ByTag(tag), client.StartOptions{})
+	if client.IsNotFound(err) {
+		return
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := h.Wait(ctx)
+	if err != nil {
+		h.Disconnect()
+		_ = c.Kill(t.Context(), client.ByTag(tag))
+		t.Fatalf("process tagged %s still running: %v", tag, err)
+	}
+	if res.Exited || res.Signal != "killed" {
+		t.Fatalf("process tagged %s: %+v; want killed", tag, res)
+	}
+	procs, err := c.List(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range procs {
+		if p.Tag == tag {
+			t.Fatalf("process %d tagged %s still listed after its end", p.Pid, tag)
+		}
+	}
+}
+
+// A Run or Start whose caller gives up after envd spawned the process but
+// before its start event arrived kills it: by tag, then by the late pid.
+// Before the answer's headers, the call itself must heed the caller.
+func TestCancelledBeforeStartEventKills(t *testing.T) {
+	calls := map[string]func(c *client.Client, ctx context.Context, cmd client.Command) error{
+		"Run": func(c *client.Client, ctx context.Context, cmd client.Command) error {
+			res, err := c.Run(ctx, cmd, client.RunOptions{})
+			if err == nil {
+				err = fmt.Errorf("Run returned %+v", res)
+			}
+			return err
+		},
+		"Start": func(c *client.Client, ctx context.Context, cmd client.Command) error {
+			h, err := c.Start(ctx, cmd, false, client.StartOptions{})
+			if err == nil {
+				_ = h.Kill(context.Background())
+				err = errors.New("Start returned a handle")
+			}
+			return err
+		},
+	}
+	for name, call := range calls {
+		for _, headersFirst := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/headersFirst=%v", name, headersFirst), func(t *testing.T) {
+				g := serveGated(t, false, headersFirst)
+				c := newClient(t, g.endpoint, client.WithKillTimeout(30*time.Second))
+				ctx, cancel := context.WithCancel(t.Context())
+				cmd := sh("exec sleep 300")
+				cmd.Tag = "mid-cancel"
+				errc := make(chan error, 1)
+				go func() { errc <- call(c, ctx, cmd) }()
+				within(t, g.spawned, "process spawned")
+				cancel()
+				// The abandoned call kills by tag while the start event is
+				// still held.
+				within(t, g.signalled, "kill after the cancelled call")
+				close(g.open)
+				select {
+				case err := <-errc:
+					if connect.CodeOf(err) != connect.CodeCanceled {
+						t.Fatalf("call after cancel = %v; want canceled", err)
+					}
+				case <-time.After(20 * time.Second):
+					t.Fatal("the cancelled call did not return")
+				}
+				assertNoProcessTagged(t, c, cmd.Tag)
+			})
+		}
+	}
+}
+
+// A Watch whose caller gives up before envd answered returns at once.
+func TestWatchCancelledBeforeStartEvent(t *testing.T) {
+	g := serveGated(t, false, false)
+	c := newClient(t, g.endpoint)
+	ctx, cancel := context.WithCancel(t.Context())
+	errc := make(chan error, 1)
+	go func() {
+		w, err := c.Watch(ctx, "", false, false)
+		if err == nil {
+			w.Close()
+			err = errors.New("Watch returned a watcher")
+		}
+		errc <- err
+	}()
+	within(t, g.spawned, "watch started")
+	cancel()
+	select {
+	case err := <-errc:
+		if connect.CodeOf(err) != connect.CodeCanceled {
+			t.Fatalf("Watch after cancel = %v; want canceled", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the cancelled Watch did not return")
+	}
+	close(g.open)
+}
+
+// Starts whose context ended before they were called leave no process
+// behind, whether or not envd spawned it.
+func TestStartAlreadyCancelledKills(t *testing.T) {
+	g := serveGated(t, true, false)
+	c := newClient(t, g.endpoint, client.WithKillTimeout(30*time.Second))
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	for i := range 10 {
+		cmd := sh("exec sleep 300")
+		cmd.Tag = fmt.Sprintf("start-cancelled-%d", i)
+		if h, err := c.Start(ctx, cmd, false, client.StartOptions{}); connect.CodeOf(err) != connect.CodeCanceled {
+			if err == nil {
+				_ = h.Kill(t.Context())
+			}
+			t.Fatalf("Start with a cancelled context = %v; want canceled", err)
+		}
+		// Once envd is done with the request, its process (if it spawned
+		// one) is in its table.
+		within(t, g.started, "end of the Start call in envd")
+		assertNoProcessTagged(t, c, cmd.Tag)
+	}
+}
+
 func TestBackgroundHandleReconnectAndList(t *testing.T) {
 	c := newClient(t, envdtest.Serve(t, "unix", daemon.Config{}).Endpoint)
 	ctx := t.Context()
@@ -343,9 +576,13 @@ func TestPTYEchoAndResize(t *testing.T) {
 	}
 	out := string(res.Stdout.Bytes())
 	// The first stty may run before or after the resize; the second runs
-	// after it. The terminal echoes what was typed.
-	if !strings.Contains(out, "50 120") || !strings.Contains(out, "typed:hello") || !strings.Contains(out, "hello") {
+	// after it. The terminal echoes what was typed as it arrives, before
+	// the shell read it and printed "typed:".
+	if !strings.Contains(out, "50 120") || !strings.Contains(out, "typed:hello") {
 		t.Fatalf("pty output = %q", out)
+	}
+	if echo, typed := strings.Index(out, "hello"), strings.Index(out, "typed:"); echo < 0 || echo > typed {
+		t.Fatalf("pty output = %q; want the terminal's echo of hello before typed:", out)
 	}
 }
 

@@ -348,40 +348,44 @@ func (w *Watcher) Close() {
 // recursive). It returns once envd confirmed the watch.
 func (c *Client) Watch(ctx context.Context, path string, recursive, includeEntry bool) (*Watcher, error) {
 	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	req := connect.NewRequest(&filesystem.WatchDirRequest{Path: path, Recursive: recursive, IncludeEntry: includeEntry})
-	c.streamHeaders(req.Header())
-	stream, err := c.files.WatchDir(wctx, req)
-	if err != nil {
-		cancel()
-		return nil, wrapCallError("watch "+path, err)
-	}
-	startc := make(chan error, 1)
+	// The call is made in the goroutine that waits for the start event (envd
+	// answers it only with that event), so ctx is heeded meanwhile.
+	var (
+		stream  *connect.ServerStreamForClient[filesystem.WatchDirResponse]
+		err     error
+		started = make(chan struct{})
+	)
 	go func() {
-		if !stream.Receive() {
-			startc <- firstErr(stream.Err(), &StreamCutError{What: "watch stream"})
-			return
+		defer close(started)
+		req := connect.NewRequest(&filesystem.WatchDirRequest{Path: path, Recursive: recursive, IncludeEntry: includeEntry})
+		c.streamHeaders(req.Header())
+		stream, err = c.files.WatchDir(wctx, req)
+		switch {
+		case err != nil:
+			stream = nil
+		case !stream.Receive():
+			err = firstErr(stream.Err(), &StreamCutError{What: "watch stream"})
+		case stream.Msg().GetStart() == nil:
+			err = connect.NewError(connect.CodeInternal, errors.New("envd sent a watch event before the start event"))
 		}
-		if stream.Msg().GetStart() == nil {
-			startc <- connect.NewError(connect.CodeInternal, errors.New("envd sent a watch event before the start event"))
-			return
-		}
-		startc <- nil
 	}()
 	select {
-	case err = <-startc:
+	case <-started:
 	case <-ctx.Done():
 		cancel()
 		// Whether or not the watch started as the caller gave up, it is
 		// closed below; only wait for the goroutine to be done with it.
-		for range startc {
-			break
+		<-started
+		if stream != nil {
+			stream.Close()
 		}
-		stream.Close()
 		return nil, connect.NewError(codeForContext(ctx.Err()), ctx.Err())
 	}
 	if err != nil {
 		cancel()
-		stream.Close()
+		if stream != nil {
+			stream.Close()
+		}
 		return nil, wrapCallError("watch "+path, err)
 	}
 	w := &Watcher{events: make(chan FileEvent, 256), cancel: cancel, done: make(chan struct{})}

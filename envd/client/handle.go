@@ -211,6 +211,10 @@ type StartOptions = RunOptions
 // Output is captured and teed as RunOptions says until the process ends or
 // the handle disconnects. cmd.Stdin must be nil: use SendInput and CloseStdin
 // on the handle, whose stdin pipe exists when withStdin is true.
+//
+// When ctx ends before the pid is known, the process is killed as an
+// abandoned Run's is (by tag, then by pid if its start event still comes,
+// bounded by the kill timeout), and Start returns ctx's error.
 func (c *Client) Start(ctx context.Context, cmd Command, withStdin bool, opts StartOptions) (*Handle, error) {
 	if cmd.Stdin != nil {
 		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("Start takes no Stdin reader; use Handle.SendInput"))
@@ -218,35 +222,26 @@ func (c *Client) Start(ctx context.Context, cmd Command, withStdin bool, opts St
 	if cmd.Tag == "" {
 		cmd.Tag = newTag()
 	}
-	streamCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	req := startRequest(cmd)
-	req.Stdin = &withStdin
-	creq := connect.NewRequest(req)
-	c.streamHeaders(creq.Header())
-	if cmd.Timeout > 0 {
-		creq.Header().Set("Connect-Timeout-Ms", fmt.Sprint(max(cmd.Timeout.Milliseconds(), 1)))
+	open := func(streamCtx context.Context) (*connect.ServerStreamForClient[process.StartResponse], error) {
+		return c.startStream(streamCtx, cmd, withStdin)
 	}
-	stream, err := c.procs.Start(streamCtx, creq)
-	if err != nil {
-		cancel()
-		return nil, wrapCallError("start "+cmd.Cmd, err)
-	}
-	return c.attach(ctx, cancel, stream, cmd, opts)
+	return attachStream[*process.StartResponse](c, ctx, open, cmd, opts, true)
 }
 
 // Connect attaches to a running process (or one that ended within envd's
 // retention window) and returns its handle. Output from before the attach is
 // not replayed.
 func (c *Client) Connect(ctx context.Context, sel Selector, opts StartOptions) (*Handle, error) {
-	streamCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	req := connect.NewRequest(&process.ConnectRequest{Process: sel.proto()})
-	c.streamHeaders(req.Header())
-	stream, err := c.procs.Connect(streamCtx, req)
-	if err != nil {
-		cancel()
-		return nil, wrapCallError("connect to "+sel.String(), err)
+	open := func(streamCtx context.Context) (*connect.ServerStreamForClient[process.ConnectResponse], error) {
+		req := connect.NewRequest(&process.ConnectRequest{Process: sel.proto()})
+		c.streamHeaders(req.Header())
+		stream, err := c.procs.Connect(streamCtx, req)
+		if err != nil {
+			return nil, wrapCallError("connect to "+sel.String(), err)
+		}
+		return stream, nil
 	}
-	return c.attach(ctx, cancel, stream, Command{Tag: sel.Tag}, opts)
+	return attachStream[*process.ConnectResponse](c, ctx, open, Command{Tag: sel.Tag}, opts, false)
 }
 
 // eventStream is what Start and Connect streams have in common.
@@ -258,54 +253,82 @@ type eventStream interface {
 
 type eventMsg interface{ GetEvent() *process.ProcessEvent }
 
-// attachStream waits for the start event, then reads the rest in a
-// goroutine. started says the stream is a Start (not a Connect), whose
-// process is killed when the caller gives up before the start event.
-func attachStream[T eventMsg](c *Client, ctx context.Context, cancel context.CancelFunc, stream interface {
+// attachStream opens a stream and waits for its start event, then reads the
+// rest in a goroutine. The stream is opened in the goroutine that waits for
+// the start event (envd answers the call only with that event), and it
+// outlives ctx, so the caller can give up at any point and a late start
+// event is still seen. started says the stream is a Start (not a Connect),
+// whose process is killed (as an abandoned Run's) when the caller gives up
+// before the start event.
+func attachStream[T eventMsg, S interface {
 	eventStream
 	Msg() T
-}, cmd Command, opts StartOptions, started bool) (*Handle, error) {
+}](c *Client, ctx context.Context, open func(context.Context) (S, error), cmd Command, opts StartOptions, started bool) (*Handle, error) {
+	streamCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	type first struct {
-		pid uint32
-		err error
+		stream S
+		opened bool
+		pid    uint32
+		err    error
 	}
 	got := make(chan first, 1)
 	go func() {
-		if stream.Receive() {
-			if s := stream.Msg().GetEvent().GetStart(); s != nil {
-				got <- first{pid: s.GetPid()}
-				return
-			}
-			got <- first{err: connect.NewError(connect.CodeInternal, errors.New("envd sent an event before the start event"))}
+		stream, err := open(streamCtx)
+		if err != nil {
+			got <- first{err: err}
 			return
 		}
-		err := stream.Err()
+		if stream.Receive() {
+			if s := stream.Msg().GetEvent().GetStart(); s != nil {
+				got <- first{stream: stream, opened: true, pid: s.GetPid()}
+				return
+			}
+			got <- first{stream: stream, opened: true, err: connect.NewError(connect.CodeInternal, errors.New("envd sent an event before the start event"))}
+			return
+		}
+		err = stream.Err()
 		if err == nil {
 			err = &StreamCutError{What: "process stream"}
 		}
-		got <- first{err: asStreamError(err, false)}
+		got <- first{stream: stream, opened: true, err: asStreamError(err, false)}
 	}()
 	var f first
 	select {
 	case f = <-got:
 	case <-ctx.Done():
-		cancel()
-		f = <-got
-		if f.err == nil && started {
+		received := false
+		if started {
 			// The caller gave up on a Start before hearing the pid: kill the
-			// process, so nothing it never heard of keeps running.
-			kctx, kcancel := context.WithTimeout(context.Background(), c.opts.killTimeout)
-			_ = c.Kill(kctx, ByPid(f.pid))
-			kcancel()
+			// process (by tag, then by pid if its start event still comes),
+			// so nothing it never heard of keeps running. The stream stays
+			// open meanwhile, or the start event could never arrive.
+			c.abandon(cmd.Tag, 0, func(expired <-chan time.Time) uint32 {
+				select {
+				case f = <-got:
+					received = true
+					return f.pid
+				case <-expired:
+					return 0
+				}
+			})
 		}
-		stream.Close()
+		cancel()
+		if !received {
+			f = <-got // the reader is done with the stream before it is closed
+		}
+		if f.opened {
+			f.stream.Close()
+		}
 		return nil, connect.NewError(codeForContext(ctx.Err()), ctx.Err())
 	}
 	if f.err != nil {
 		cancel()
-		stream.Close()
+		if f.opened {
+			f.stream.Close()
+		}
 		return nil, f.err
 	}
+	stream := f.stream
 	if opts.OnStart != nil {
 		opts.OnStart(f.pid)
 	}
@@ -338,16 +361,6 @@ func attachStream[T eventMsg](c *Client, ctx context.Context, cancel context.Can
 		h.mu.Unlock()
 	}()
 	return h, nil
-}
-
-func (c *Client) attach(ctx context.Context, cancel context.CancelFunc, stream any, cmd Command, opts StartOptions) (*Handle, error) {
-	switch s := stream.(type) {
-	case *connect.ServerStreamForClient[process.StartResponse]:
-		return attachStream[*process.StartResponse](c, ctx, cancel, s, cmd, opts, true)
-	case *connect.ServerStreamForClient[process.ConnectResponse]:
-		return attachStream[*process.ConnectResponse](c, ctx, cancel, s, cmd, opts, false)
-	}
-	panic(fmt.Sprintf("client: unexpected stream type %T", stream))
 }
 
 // Pid returns the process id.

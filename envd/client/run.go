@@ -109,20 +109,16 @@ func (c *Client) Run(ctx context.Context, cmd Command, opts RunOptions) (*Result
 	}
 	started := time.Now()
 	// The stream outlives ctx just long enough to see a late start event,
-	// so an abandoned process can still be killed by pid.
+	// so an abandoned process can still be killed by pid. It is opened in
+	// the receiving goroutine: envd answers the call with the start event,
+	// and ctx must be heeded while it waits for that too.
 	streamCtx, cancelStream := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelStream()
-	stream, err := c.startStream(streamCtx, cmd)
-	if err != nil {
-		return nil, err
-	}
-	defer stream.Close()
 
 	r := &runner{
 		c:       c,
 		cmd:     cmd,
 		opts:    opts,
-		stream:  stream,
 		stdout:  newCapture(limitOr(opts.StdoutLimit)),
 		stderr:  newCapture(limitOr(opts.StderrLimit)),
 		events:  make(chan runEvent, 64),
@@ -130,7 +126,7 @@ func (c *Client) Run(ctx context.Context, cmd Command, opts RunOptions) (*Result
 		done:    make(chan struct{}),
 	}
 	defer close(r.done)
-	go r.receive()
+	go r.receive(streamCtx)
 
 	var deadline <-chan time.Time
 	if cmd.Timeout > 0 {
@@ -155,6 +151,9 @@ func (c *Client) Run(ctx context.Context, cmd Command, opts RunOptions) (*Result
 			case ev.end != nil:
 				res := r.result(ev.end, time.Since(started))
 				return res, nil
+			case ev.err != nil && ev.unopened:
+				// The Start call failed before envd answered it.
+				return nil, ev.err
 			case ev.err != nil:
 				// The stream ended without an end event.
 				r.kill()
@@ -214,16 +213,12 @@ func newTag() string {
 	return "sbx-" + hex.EncodeToString(b[:])
 }
 
-// startStream sends the Start request.
-func (c *Client) startStream(ctx context.Context, cmd Command) (*connect.ServerStreamForClient[process.StartResponse], error) {
-	req := connect.NewRequest(startRequest(cmd))
+// startStream sends the Start request; withStdin asks for a stdin pipe.
+func (c *Client) startStream(ctx context.Context, cmd Command, withStdin bool) (*connect.ServerStreamForClient[process.StartResponse], error) {
+	req := connect.NewRequest(startRequest(cmd, withStdin))
 	c.streamHeaders(req.Header())
 	if cmd.Timeout > 0 {
-		ms := cmd.Timeout.Milliseconds()
-		if ms < 1 {
-			ms = 1
-		}
-		req.Header().Set("Connect-Timeout-Ms", strconv.FormatInt(ms, 10))
+		req.Header().Set("Connect-Timeout-Ms", strconv.FormatInt(max(cmd.Timeout.Milliseconds(), 1), 10))
 	}
 	stream, err := c.procs.Start(ctx, req)
 	if err != nil {
@@ -232,13 +227,12 @@ func (c *Client) startStream(ctx context.Context, cmd Command) (*connect.ServerS
 	return stream, nil
 }
 
-func startRequest(cmd Command) *process.StartRequest {
+func startRequest(cmd Command, withStdin bool) *process.StartRequest {
 	cfg := &process.ProcessConfig{Cmd: cmd.Cmd, Args: cmd.Args, Envs: cmd.Env}
 	if cmd.Cwd != "" {
 		cfg.Cwd = &cmd.Cwd
 	}
-	stdin := cmd.Stdin != nil
-	req := &process.StartRequest{Process: cfg, Stdin: &stdin}
+	req := &process.StartRequest{Process: cfg, Stdin: &withStdin}
 	if cmd.Tag != "" {
 		req.Tag = &cmd.Tag
 	}
@@ -263,6 +257,8 @@ type runEvent struct {
 	data  *process.ProcessEvent_DataEvent
 	end   *process.ProcessEvent_EndEvent
 	err   error
+	// unopened marks an err of the Start call itself (no stream).
+	unopened bool
 }
 
 // runner is the state of one Run.
@@ -270,7 +266,6 @@ type runner struct {
 	c       *Client
 	cmd     Command
 	opts    RunOptions
-	stream  *connect.ServerStreamForClient[process.StartResponse]
 	pid     uint32
 	stdout  *capture
 	stderr  *capture
@@ -282,9 +277,9 @@ type runner struct {
 	killOnce sync.Once
 }
 
-// receive reads the stream into r.events until the end event, an error, or
-// the end of Run.
-func (r *runner) receive() {
+// receive opens the stream and reads it into r.events until the end event,
+// an error, or the end of Run.
+func (r *runner) receive(ctx context.Context) {
 	send := func(ev runEvent) bool {
 		select {
 		case r.events <- ev:
@@ -293,9 +288,15 @@ func (r *runner) receive() {
 			return false
 		}
 	}
+	stream, err := r.c.startStream(ctx, r.cmd, r.cmd.Stdin != nil)
+	if err != nil {
+		send(runEvent{err: err, unopened: true})
+		return
+	}
+	defer stream.Close()
 	sawStart := false
-	for r.stream.Receive() {
-		ev := r.stream.Msg().GetEvent()
+	for stream.Receive() {
+		ev := stream.Msg().GetEvent()
 		switch {
 		case ev.GetStart() != nil:
 			sawStart = true
@@ -311,7 +312,7 @@ func (r *runner) receive() {
 			return
 		}
 	}
-	err := r.stream.Err()
+	err = stream.Err()
 	if err == nil {
 		err = &StreamCutError{What: "process stream"}
 	}
@@ -432,7 +433,7 @@ func (r *runner) feedStdin(ctx context.Context) error {
 	if err == nil {
 		err = r.c.CloseStdin(ctx, sel)
 	}
-	if err == nil || processGone(err) {
+	if err == nil || IsStdinGone(err) {
 		return nil
 	}
 	if connect.CodeOf(err) == connect.CodeCanceled && ctx.Err() != nil {
@@ -441,9 +442,10 @@ func (r *runner) feedStdin(ctx context.Context) error {
 	return err
 }
 
-// processGone reports errors that mean the process ended or stopped reading:
-// the pipe is closed, or the pid is no longer known.
-func processGone(err error) bool {
+// IsStdinGone reports whether err means the selected process no longer
+// takes input: its stdin pipe is closed (or was never opened), or the
+// process ended and envd no longer knows its pid.
+func IsStdinGone(err error) bool {
 	if IsNotFound(err) {
 		return true
 	}
@@ -456,42 +458,58 @@ func processGone(err error) bool {
 // timeout; a process already gone counts as killed.
 func (r *runner) kill() {
 	r.killOnce.Do(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), r.c.opts.killTimeout)
-		defer cancel()
 		sel := ByTag(r.cmd.Tag)
 		if r.pid != 0 {
 			sel = ByPid(r.pid)
 		}
-		_ = r.c.Kill(ctx, sel)
+		r.c.killBounded(sel)
 	})
 }
 
-// abandon kills the process of a Run whose caller went away. Before the pid
-// is known it kills by tag, and waits (within the kill timeout) for a late
-// start event so a process spawned after that kill is still ended.
+// abandon kills the process of a Run whose caller went away (see
+// Client.abandon), taking a late start event from the receive loop.
 func (r *runner) abandon() {
-	if r.pid != 0 {
-		r.kill()
+	r.killOnce.Do(func() {
+		r.c.abandon(r.cmd.Tag, r.pid, func(expired <-chan time.Time) uint32 {
+			for {
+				select {
+				case ev := <-r.events:
+					if ev.start != nil {
+						return ev.start.GetPid()
+					}
+					if ev.end != nil || ev.err != nil {
+						return 0
+					}
+				case <-expired:
+					return 0
+				}
+			}
+		})
+	})
+}
+
+// killBounded kills sel, bounded by the kill timeout; a process already gone
+// counts as killed.
+func (c *Client) killBounded(sel Selector) {
+	ctx, cancel := context.WithTimeout(context.Background(), c.opts.killTimeout)
+	defer cancel()
+	_ = c.Kill(ctx, sel)
+}
+
+// abandon kills the process of a Run or Start whose caller went away. With
+// the pid known it kills by pid. Before that it kills by tag, then waits
+// (within the kill timeout) for a late start event, so a process spawned
+// after the kill by tag is still ended: latePid returns the pid the start
+// event carried, or 0 when the stream ended without one or expired fired.
+func (c *Client) abandon(tag string, pid uint32, latePid func(expired <-chan time.Time) uint32) {
+	if pid != 0 {
+		c.killBounded(ByPid(pid))
 		return
 	}
-	timer := time.NewTimer(r.c.opts.killTimeout)
+	timer := time.NewTimer(c.opts.killTimeout)
 	defer timer.Stop()
-	ctx, cancel := context.WithTimeout(context.Background(), r.c.opts.killTimeout)
-	defer cancel()
-	_ = r.c.Kill(ctx, ByTag(r.cmd.Tag))
-	for {
-		select {
-		case ev := <-r.events:
-			if ev.start != nil {
-				r.pid = ev.start.GetPid()
-				r.kill()
-				return
-			}
-			if ev.end != nil || ev.err != nil {
-				return
-			}
-		case <-timer.C:
-			return
-		}
+	c.killBounded(ByTag(tag))
+	if pid := latePid(timer.C); pid != 0 {
+		c.killBounded(ByPid(pid))
 	}
 }

@@ -11,7 +11,6 @@ package daemon
 
 import (
 	"context"
-	"crypto/subtle"
 	"errors"
 	"fmt"
 	"io"
@@ -37,9 +36,6 @@ import (
 // 0.6.3, network-mount watching 0.6.4); all of those are implemented. The
 // control-plane-only endpoints (/init, /freeze, …) are not.
 const Version = "0.6.13"
-
-// unauthorizedMessage is envd's text for a missing or wrong access token.
-const unauthorizedMessage = "unauthorized access, please provide a valid access token or method signing if supported"
 
 // Config configures a Daemon. Root is required; everything else has a default.
 type Config struct {
@@ -67,7 +63,6 @@ type Config struct {
 // Daemon is one envd instance. Create it with New; it is safe for concurrent
 // use.
 type Daemon struct {
-	cfg     Config
 	log     *slog.Logger
 	handler http.Handler
 	procs   *processrpc.Service
@@ -100,7 +95,7 @@ func New(cfg Config) (*Daemon, error) {
 	if env == nil {
 		env = map[string]string{}
 	}
-	d := &Daemon{cfg: cfg, log: log}
+	d := &Daemon{log: log}
 	d.procs = processrpc.New(processrpc.Options{Paths: resolver, Users: users, Env: env, Logger: log})
 	d.files = fsrpc.New(fsrpc.Options{Paths: resolver, Users: users, Logger: log})
 
@@ -169,11 +164,7 @@ func (d *Daemon) Serve(ln net.Listener) error {
 // started (which ends their streams), stops watchers, and waits for
 // in-flight requests until ctx ends. It is safe to call more than once.
 func (d *Daemon) Shutdown(ctx context.Context) error {
-	d.mu.Lock()
-	d.closed = true
-	servers := d.servers
-	d.servers = nil
-	d.mu.Unlock()
+	servers := d.takeServers()
 	d.procs.Close()
 	d.files.Close()
 	var errs []error
@@ -189,24 +180,36 @@ func (d *Daemon) Shutdown(ctx context.Context) error {
 // connections are dropped at once (streams end without their end events),
 // then the processes are killed. Tests use it to simulate a lost sandbox.
 func (d *Daemon) Abort() {
-	d.mu.Lock()
-	d.closed = true
-	servers := d.servers
-	d.servers = nil
-	d.mu.Unlock()
-	for _, srv := range servers {
+	for _, srv := range d.takeServers() {
 		_ = srv.Close()
 	}
 	d.procs.Close()
 	d.files.Close()
 }
 
-// Close is Shutdown without waiting for in-flight requests.
+// Close is Shutdown without waiting for in-flight requests: it kills the
+// processes, stops watchers and closes every connection at once. It returns
+// the errors of closing the listeners.
 func (d *Daemon) Close() error {
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	_ = d.Shutdown(ctx)
-	return nil
+	servers := d.takeServers()
+	d.procs.Close()
+	d.files.Close()
+	var errs []error
+	for _, srv := range servers {
+		errs = append(errs, srv.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// takeServers marks the daemon closed (Serve then refuses) and returns the
+// servers to stop, each only once.
+func (d *Daemon) takeServers() []*http.Server {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.closed = true
+	servers := d.servers
+	d.servers = nil
+	return servers
 }
 
 // Listen opens addr: "unix:/path/to/socket" or "host:port". A stale socket
@@ -295,16 +298,14 @@ func withAccessToken(next http.Handler, token string) http.Handler {
 	if token == "" {
 		return next
 	}
-	want := []byte(token)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/health" || r.URL.Path == "/files" {
 			next.ServeHTTP(w, r)
 			return
 		}
-		got := []byte(r.Header.Get("X-Access-Token"))
-		if subtle.ConstantTimeCompare(got, want) != 1 {
+		if !rest.TokenOK(r, token) {
 			drain(r)
-			rest.WriteError(w, http.StatusUnauthorized, unauthorizedMessage)
+			rest.WriteError(w, http.StatusUnauthorized, rest.UnauthorizedMessage)
 			return
 		}
 		next.ServeHTTP(w, r)

@@ -5,14 +5,19 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"connectrpc.com/connect"
 
@@ -158,33 +163,56 @@ func TestBasicAuthUser(t *testing.T) {
 }
 
 // Malformed Connect traffic gets an error and the daemon keeps serving.
+// The codes are connect-go's: a truncated envelope is internal, a message
+// that does not decode invalid_argument, an unknown Content-Type HTTP 415.
 func TestMalformedFramesKeepServing(t *testing.T) {
 	base, _ := serveTCP(t, daemon.Config{})
 	bodies := []struct {
-		ctype string
-		body  []byte
+		ctype  string
+		body   []byte
+		status int          // HTTP status
+		code   connect.Code // in the Connect end-stream frame or the grpc-status trailer; 0 for none
 	}{
-		{"application/connect+proto", []byte{0x00, 0xff, 0xff, 0xff, 0xff}}, // absurd length
-		{"application/connect+proto", []byte{0x00, 0x00, 0x00, 0x00, 0x05, 0x01}},
-		{"application/connect+json", append([]byte{0x00, 0, 0, 0, 9}, []byte(`{"proc`)...)},
-		{"application/connect+json", frame(0x00, []byte(`{"process":{"cmd":1}}`))},
-		{"application/grpc", []byte{0x07}},
-		{"text/plain", []byte("hello")},
+		{"application/connect+proto", []byte{0x00, 0xff, 0xff, 0xff, 0xff}, http.StatusOK, connect.CodeInternal}, // absurd length
+		{"application/connect+proto", []byte{0x00, 0x00, 0x00, 0x00, 0x05, 0x01}, http.StatusOK, connect.CodeInternal},
+		{"application/connect+proto", frame(0x00, []byte{0xff}), http.StatusOK, connect.CodeInvalidArgument},
+		{"application/connect+json", append([]byte{0x00, 0, 0, 0, 9}, []byte(`{"proc`)...), http.StatusOK, connect.CodeInternal},
+		{"application/connect+json", frame(0x00, []byte(`{"process":{"cmd":1}}`)), http.StatusOK, connect.CodeInvalidArgument},
+		{"application/grpc", []byte{0x07}, http.StatusOK, connect.CodeInternal},
+		{"application/grpc", frame(0x00, []byte{0xff}), http.StatusOK, connect.CodeInvalidArgument},
+		{"text/plain", []byte("hello"), http.StatusUnsupportedMediaType, 0},
 	}
-	for _, b := range bodies {
-		req, _ := http.NewRequest(http.MethodPost, base+"/process.Process/Start", bytes.NewReader(b.body))
-		req.Header.Set("Content-Type", b.ctype)
-		req.Header.Set("Connect-Protocol-Version", "1")
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		body, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		grpcStatus := resp.Header.Get("Grpc-Status") + resp.Trailer.Get("Grpc-Status")
-		failed := resp.StatusCode != http.StatusOK || bytes.Contains(body, []byte("error")) || (grpcStatus != "" && grpcStatus != "0")
-		if !failed {
-			t.Errorf("%s %x: status 200 without an error: %q", b.ctype, b.body, body)
+	for _, hc := range []*http.Client{http.DefaultClient, h2cClient()} {
+		for _, b := range bodies {
+			req, _ := http.NewRequest(http.MethodPost, base+"/process.Process/Start", bytes.NewReader(b.body))
+			req.Header.Set("Content-Type", b.ctype)
+			req.Header.Set("Connect-Protocol-Version", "1")
+			resp, err := hc.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			what := fmt.Sprintf("%s %s %x", resp.Proto, b.ctype, b.body)
+			if resp.StatusCode != b.status {
+				t.Errorf("%s: status %d, want %d (%q)", what, resp.StatusCode, b.status, body)
+				continue
+			}
+			var code connect.Code
+			switch {
+			case strings.HasPrefix(b.ctype, "application/connect"):
+				code = connectEndCode(t, what, body)
+			case strings.HasPrefix(b.ctype, "application/grpc"):
+				n, err := strconv.Atoi(resp.Trailer.Get("Grpc-Status"))
+				if err != nil || len(body) != 0 {
+					t.Errorf("%s: grpc-status %q, body %q; want a status and no messages", what, resp.Trailer.Get("Grpc-Status"), body)
+					continue
+				}
+				code = connect.Code(n)
+			}
+			if code != b.code {
+				t.Errorf("%s: code %v, want %v", what, code, b.code)
+			}
 		}
 	}
 	// A garbage connection, then a good call.
@@ -201,6 +229,26 @@ func TestMalformedFramesKeepServing(t *testing.T) {
 	if out, err := runEcho(t, h2cClient(), base, nil); err != nil || out != "hi\n" {
 		t.Fatalf("daemon stopped serving after malformed input: %q %v", out, err)
 	}
+}
+
+// connectEndCode returns the error code of a Connect stream's body that
+// holds nothing but its end-stream frame.
+func connectEndCode(t *testing.T, what string, body []byte) connect.Code {
+	t.Helper()
+	if len(body) < 5 || body[0] != 0x02 || int(binary.BigEndian.Uint32(body[1:5])) != len(body)-5 {
+		t.Errorf("%s: body %q is not a lone end-stream frame", what, body)
+		return 0
+	}
+	var end struct {
+		Error *struct {
+			Code connect.Code `json:"code"`
+		} `json:"error"`
+	}
+	if err := json.Unmarshal(body[5:], &end); err != nil || end.Error == nil {
+		t.Errorf("%s: end-stream frame %q carries no error (%v)", what, body[5:], err)
+		return 0
+	}
+	return end.Error.Code
 }
 
 func frame(flags byte, payload []byte) []byte {
@@ -259,5 +307,54 @@ func TestListenErrors(t *testing.T) {
 	}
 	if _, err := daemon.New(daemon.Config{Root: file}); err == nil {
 		t.Error("New with a file as root succeeded")
+	}
+}
+
+// Close ends in-flight streams at once, reports no error for a clean close,
+// and Serve then returns nil; later Serves are refused.
+func TestCloseEndsStreams(t *testing.T) {
+	d, err := daemon.New(daemon.Config{Root: t.TempDir(), Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := daemon.Listen("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- d.Serve(ln) }()
+	base := "http://" + ln.Addr().String()
+
+	c := processconnect.NewProcessClient(h2cClient(), base)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second) // a failure guard
+	defer cancel()
+	stream, err := c.Start(ctx, connect.NewRequest(&process.StartRequest{Process: &process.ProcessConfig{Cmd: "sleep", Args: []string{"100"}}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stream.Close()
+	if !stream.Receive() || stream.Msg().GetEvent().GetStart() == nil {
+		t.Fatalf("no start event: %v", stream.Err())
+	}
+	if err := d.Close(); err != nil {
+		t.Fatalf("Close = %v", err)
+	}
+	for stream.Receive() {
+	}
+	select {
+	case err := <-served:
+		if err != nil {
+			t.Fatalf("Serve after Close = %v", err)
+		}
+	case <-ctx.Done():
+		t.Fatal("Serve still running after Close")
+	}
+	ln2, err := daemon.Listen("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln2.Close()
+	if err := d.Serve(ln2); !errors.Is(err, http.ErrServerClosed) {
+		t.Fatalf("Serve after Close = %v, want http.ErrServerClosed", err)
 	}
 }

@@ -6,16 +6,20 @@ package envdtest
 import (
 	"bufio"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -101,26 +105,112 @@ var (
 
 // Binary builds the sandbox-mcp command once per test process and returns
 // its path.
+//
+// Test binaries have no global cleanup, so builds do not go to a temporary
+// directory per process (which would never be removed) but to one cache
+// directory per user (os.UserCacheDir()/sandbox-mcp-test), named by their
+// content: concurrent test processes of the same tree share one file, a
+// process never sees another's different build under its path, and builds
+// unused for a day are removed when the next one lands.
 func Binary(t testing.TB) string {
 	t.Helper()
-	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "sbx-bin")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		buildPath = filepath.Join(dir, "sandbox-mcp")
-		cmd := exec.Command("go", "build", "-o", buildPath, "github.com/sandbox-mcp/sandbox-mcp")
-		cmd.Dir = moduleRoot()
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
-		}
-	})
+	buildOnce.Do(func() { buildPath, buildErr = build() })
 	if buildErr != nil {
 		t.Fatal(buildErr)
 	}
 	return buildPath
+}
+
+// binaryTTL is how long an unused build stays in the cache directory.
+const binaryTTL = 24 * time.Hour
+
+func build() (string, error) {
+	cache, err := binaryCacheDir()
+	if err != nil {
+		return "", err
+	}
+	tmp, err := os.MkdirTemp(cache, "build-")
+	if err != nil {
+		return "", err
+	}
+	defer os.RemoveAll(tmp)
+	out := filepath.Join(tmp, "sandbox-mcp")
+	cmd := exec.Command("go", "build", "-o", out, "github.com/sandbox-mcp/sandbox-mcp")
+	cmd.Dir = moduleRoot()
+	if msg, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build: %v\n%s", err, msg)
+	}
+	sum, err := fileSHA256(out)
+	if err != nil {
+		return "", err
+	}
+	// A rename never touches a file another process runs: it replaces the
+	// name, and the same name always means the same bytes.
+	path := filepath.Join(cache, "sandbox-mcp-"+sum[:16])
+	if err := os.Rename(out, path); err != nil {
+		return "", err
+	}
+	pruneBuilds(cache, path)
+	return path, nil
+}
+
+// binaryCacheDir returns (and makes) the per-user directory of builds:
+// under os.UserCacheDir, or without a home directory a private directory in
+// the temporary directory named by the uid.
+func binaryCacheDir() (string, error) {
+	if base, err := os.UserCacheDir(); err == nil {
+		dir := filepath.Join(base, "sandbox-mcp-test")
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return "", err
+		}
+		return dir, nil
+	}
+	dir := filepath.Join(os.TempDir(), fmt.Sprintf("sandbox-mcp-test-%d", os.Getuid()))
+	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
+		return "", err
+	}
+	// In a shared temporary directory, use it only if it is ours alone.
+	fi, err := os.Lstat(dir)
+	if err != nil {
+		return "", err
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !fi.IsDir() || !ok || int(st.Uid) != os.Getuid() || fi.Mode().Perm()&0o077 != 0 {
+		return "", fmt.Errorf("test build directory %s is not a private directory of uid %d", dir, os.Getuid())
+	}
+	return dir, nil
+}
+
+func fileSHA256(path string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// pruneBuilds removes builds (and leftovers of interrupted ones) not
+// renewed for binaryTTL; keep is the build just made.
+func pruneBuilds(dir, keep string) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		path := filepath.Join(dir, e.Name())
+		info, err := e.Info()
+		if path == keep || err != nil || time.Since(info.ModTime()) < binaryTTL {
+			continue
+		}
+		if strings.HasPrefix(e.Name(), "sandbox-mcp-") || strings.HasPrefix(e.Name(), "build-") {
+			_ = os.RemoveAll(path)
+		}
+	}
 }
 
 // moduleRoot finds the repository root from this file's location.
@@ -213,16 +303,4 @@ func PeakRSS(pid int) (int64, error) {
 		}
 	}
 	return 0, fmt.Errorf("no VmHWM for pid %d", pid)
-}
-
-// FreeLoopbackAddr returns a loopback address nobody listens on.
-func FreeLoopbackAddr(t testing.TB) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	return addr
 }

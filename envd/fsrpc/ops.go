@@ -18,7 +18,7 @@ import (
 // Stat describes one path without following a final symlink. A missing path
 // is not_found "file not found: <path>".
 func (s *Service) Stat(ctx context.Context, req *connect.Request[filesystem.StatRequest]) (*connect.Response[filesystem.StatResponse], error) {
-	p, err := s.resolve(req.Msg.GetPath(), s.user(ctx))
+	p, err := s.resolve(req.Msg.GetPath(), s.users.FromContext(ctx))
 	if err != nil {
 		return nil, err
 	}
@@ -36,7 +36,7 @@ func (s *Service) Stat(ctx context.Context, req *connect.Request[filesystem.Stat
 // user. An existing directory is already_exists; an existing non-directory is
 // invalid_argument.
 func (s *Service) MakeDir(ctx context.Context, req *connect.Request[filesystem.MakeDirRequest]) (*connect.Response[filesystem.MakeDirResponse], error) {
-	u := s.user(ctx)
+	u := s.users.FromContext(ctx)
 	p, err := s.resolve(req.Msg.GetPath(), u)
 	if err != nil {
 		return nil, err
@@ -86,7 +86,7 @@ func existsCheck(p string) error {
 // destination's missing parents. A missing source is not_found; moving
 // across filesystems is failed_precondition (rename cannot do it).
 func (s *Service) Move(ctx context.Context, req *connect.Request[filesystem.MoveRequest]) (*connect.Response[filesystem.MoveResponse], error) {
-	u := s.user(ctx)
+	u := s.users.FromContext(ctx)
 	src, err := s.resolve(req.Msg.GetSource(), u)
 	if err != nil {
 		return nil, err
@@ -125,7 +125,7 @@ func (s *Service) Move(ctx context.Context, req *connect.Request[filesystem.Move
 // listed, not followed. Subdirectories that cannot be read are listed
 // without their contents.
 func (s *Service) ListDir(ctx context.Context, req *connect.Request[filesystem.ListDirRequest]) (*connect.Response[filesystem.ListDirResponse], error) {
-	p, err := s.resolve(req.Msg.GetPath(), s.user(ctx))
+	p, err := s.resolve(req.Msg.GetPath(), s.users.FromContext(ctx))
 	if err != nil {
 		return nil, err
 	}
@@ -187,7 +187,7 @@ func listTree(ctx context.Context, dir string, depth int, out *[]*filesystem.Ent
 // missing path succeeds. A symlink is removed, not its target. Failures are
 // internal.
 func (s *Service) Remove(ctx context.Context, req *connect.Request[filesystem.RemoveRequest]) (*connect.Response[filesystem.RemoveResponse], error) {
-	p, err := s.resolve(req.Msg.GetPath(), s.user(ctx))
+	p, err := s.resolve(req.Msg.GetPath(), s.users.FromContext(ctx))
 	if err != nil {
 		return nil, err
 	}

@@ -10,12 +10,10 @@
 package fsrpc
 
 import (
-	"context"
-	"errors"
-	"fmt"
 	"log/slog"
 	"net/http"
 	"sync"
+	"time"
 
 	"connectrpc.com/connect"
 
@@ -33,19 +31,38 @@ type Options struct {
 	Users *identity.Resolver
 	// Logger receives watcher diagnostics. Nil means slog.Default().
 	Logger *slog.Logger
+	// PollerIdle is how long a polling watcher (CreateWatcher) lives without
+	// a GetWatcherEvents call before it is dropped as if removed: a client
+	// that went away would otherwise hold an inotify instance, of which each
+	// user has few (fs.inotify.max_user_instances), forever. Zero means
+	// DefaultPollerIdle.
+	PollerIdle time.Duration
+	// MaxPollers caps the polling watchers alive at once; CreateWatcher past
+	// it fails with resource_exhausted. Zero means DefaultMaxPollers.
+	MaxPollers int
 }
+
+// Defaults of Options.
+const (
+	DefaultPollerIdle = 5 * time.Minute
+	DefaultMaxPollers = 32
+)
 
 // Service implements filesystemconnect.FilesystemHandler. It is safe for
 // concurrent use. Close stops every watcher it started.
 type Service struct {
-	paths *paths.Resolver
-	users *identity.Resolver
-	log   *slog.Logger
+	paths      *paths.Resolver
+	users      *identity.Resolver
+	log        *slog.Logger
+	pollerIdle time.Duration
+	maxPollers int
+	now        func() time.Time // the clock of poller idleness; tests replace it
 
 	mu      sync.Mutex
 	closed  bool
 	watches map[*watch]struct{} // every running watch, streamed or polled
 	pollers map[string]*poller  // polling watchers by id
+	sweeper *time.Timer         // runs sweepTick while pollers exist
 }
 
 var _ filesystemconnect.FilesystemHandler = (*Service)(nil)
@@ -63,13 +80,23 @@ func New(opts Options) *Service {
 	if users == nil {
 		users = identity.NewResolver(identity.ResolverOptions{Logger: log})
 	}
-	return &Service{
-		paths:   opts.Paths,
-		users:   users,
-		log:     log,
-		watches: map[*watch]struct{}{},
-		pollers: map[string]*poller{},
+	s := &Service{
+		paths:      opts.Paths,
+		users:      users,
+		log:        log,
+		pollerIdle: opts.PollerIdle,
+		maxPollers: opts.MaxPollers,
+		now:        time.Now,
+		watches:    map[*watch]struct{}{},
+		pollers:    map[string]*poller{},
 	}
+	if s.pollerIdle <= 0 {
+		s.pollerIdle = DefaultPollerIdle
+	}
+	if s.maxPollers <= 0 {
+		s.maxPollers = DefaultMaxPollers
+	}
+	return s
 }
 
 // Handler returns the service's route prefix and HTTP handler, built with
@@ -94,6 +121,10 @@ func (s *Service) Close() {
 	}
 	s.watches = map[*watch]struct{}{}
 	s.pollers = map[string]*poller{}
+	if s.sweeper != nil {
+		s.sweeper.Stop()
+		s.sweeper = nil
+	}
 	s.mu.Unlock()
 
 	for _, w := range watches {
@@ -101,29 +132,12 @@ func (s *Service) Close() {
 	}
 }
 
-// user returns the user the request acts as: the one the daemon's middleware
-// put in the context, else the default user.
-func (s *Service) user(ctx context.Context) identity.User {
-	if u, ok := identity.FromContext(ctx); ok {
-		return u
-	}
-	return s.users.Lookup("")
-}
-
 // resolve maps a client path to a host path, turning resolver errors into
-// Connect errors: invalid_argument for malformed paths, permission_denied for
-// paths outside the root.
+// Connect errors (see PathError).
 func (s *Service) resolve(p string, u identity.User) (string, error) {
 	abs, err := s.paths.Resolve(p, u)
-	if err == nil {
-		return abs, nil
+	if err != nil {
+		return "", PathError(err, p)
 	}
-	switch {
-	case errors.Is(err, paths.ErrOutside):
-		return "", connect.NewError(connect.CodePermissionDenied, err)
-	case errors.Is(err, paths.ErrInvalid):
-		return "", connect.NewError(connect.CodeInvalidArgument, err)
-	default:
-		return "", connect.NewError(connect.CodeInternal, fmt.Errorf("resolve path %q: %w", p, err))
-	}
+	return abs, nil
 }

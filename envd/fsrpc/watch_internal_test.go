@@ -1,14 +1,18 @@
 package fsrpc
 
 import (
-	"net/http"
+	"bytes"
+	"context"
+	"log/slog"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"connectrpc.com/connect"
 	"golang.org/x/sys/unix"
 
+	"github.com/sandbox-mcp/sandbox-mcp/envd/paths"
 	"github.com/sandbox-mcp/sandbox-mcp/proto/filesystem"
 )
 
@@ -70,21 +74,109 @@ func TestNetworkFSName(t *testing.T) {
 	}
 }
 
-func TestKeepaliveInterval(t *testing.T) {
-	for header, want := range map[string]time.Duration{
-		"":    DefaultKeepalive,
-		"50":  50 * time.Second,
-		"0":   DefaultKeepalive,
-		"-3":  DefaultKeepalive,
-		"abc": DefaultKeepalive,
-		"1.5": DefaultKeepalive,
-	} {
-		h := http.Header{}
-		if header != "" {
-			h.Set(KeepaliveHeader, header)
+// A polling watcher nobody drains for PollerIdle is dropped, with its
+// inotify watch; draining keeps it alive; and at most MaxPollers exist.
+func TestIdlePollersAreDropped(t *testing.T) {
+	root := t.TempDir()
+	resolver, err := paths.New(root, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs bytes.Buffer
+	s := New(Options{Paths: resolver, PollerIdle: time.Minute, MaxPollers: 2, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	t.Cleanup(s.Close)
+	var elapsed atomic.Int64 // the fake clock: seconds since start
+	start := time.Unix(1_000_000, 0)
+	s.now = func() time.Time { return start.Add(time.Duration(elapsed.Load()) * time.Second) }
+	advance := func(d time.Duration) { elapsed.Add(int64(d / time.Second)) }
+	ctx := context.Background()
+
+	create := func() (*poller, error) {
+		t.Helper()
+		res, err := s.CreateWatcher(ctx, connect.NewRequest(&filesystem.CreateWatcherRequest{Path: root}))
+		if err != nil {
+			return nil, err
 		}
-		if got := keepaliveInterval(h); got != want {
-			t.Errorf("keepaliveInterval(%q) = %v, want %v", header, got, want)
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return s.pollers[res.Msg.GetWatcherId()], nil
+	}
+	drain := func(p *poller) error {
+		_, err := s.GetWatcherEvents(ctx, connect.NewRequest(&filesystem.GetWatcherEventsRequest{WatcherId: p.id}))
+		return err
+	}
+	running := func(p *poller) bool {
+		s.mu.Lock()
+		_, ok := s.watches[p.w]
+		s.mu.Unlock()
+		select {
+		case <-p.w.done:
+			return false
+		default:
+			return ok
 		}
+	}
+
+	a, err := create()
+	if err != nil {
+		t.Fatal(err)
+	}
+	advance(50 * time.Second)
+	b, err := create()
+	if err != nil {
+		t.Fatal(err)
+	}
+	advance(50 * time.Second)
+	if err := drain(a); err != nil { // a was idle 100 s: dropped
+		if connect.CodeOf(err) != connect.CodeNotFound {
+			t.Fatalf("drain of a watcher idle past PollerIdle = %v, want not_found", err)
+		}
+	} else {
+		t.Fatal("a watcher idle past PollerIdle could still be drained")
+	}
+	if running(a) {
+		t.Error("the dropped watcher's inotify watch is still running")
+	}
+	if !strings.Contains(logs.String(), "dropped a polling watcher") || !strings.Contains(logs.String(), a.id) {
+		t.Errorf("the drop was not logged: %s", logs.String())
+	}
+	if err := drain(b); err != nil { // b was idle 50 s
+		t.Fatalf("drain of a watcher within PollerIdle: %v", err)
+	}
+	advance(50 * time.Second)
+	if err := drain(b); err != nil { // drained 50 s ago
+		t.Fatalf("drain of a watcher drained within PollerIdle: %v", err)
+	}
+
+	// The cap: b and c exist, d does not fit.
+	c, err := create()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := create(); connect.CodeOf(err) != connect.CodeResourceExhausted || !strings.Contains(err.Error(), "RemoveWatcher") {
+		t.Fatalf("CreateWatcher past MaxPollers = %v, want resource_exhausted naming RemoveWatcher", err)
+	}
+	advance(30 * time.Second)
+	if err := drain(c); err != nil {
+		t.Fatal(err)
+	}
+	// Once b is idle long enough, the timer's sweep drops it and there is
+	// room again.
+	advance(31 * time.Second)
+	s.sweepTick()
+	if running(b) {
+		t.Error("b is still running after the sweep")
+	}
+	if !running(c) {
+		t.Error("c, idle for less than PollerIdle, was dropped")
+	}
+	if _, err := create(); err != nil {
+		t.Fatalf("CreateWatcher after the sweep made room: %v", err)
+	}
+	s.mu.Lock()
+	n, w := len(s.pollers), len(s.watches)
+	s.mu.Unlock()
+	if n != 2 || w != 2 {
+		t.Errorf("%d pollers and %d watches remain, want 2 and 2", n, w)
 	}
 }

@@ -11,7 +11,7 @@ import (
 
 	"connectrpc.com/connect"
 
-	"github.com/sandbox-mcp/sandbox-mcp/envd/fsrpc"
+	"github.com/sandbox-mcp/sandbox-mcp/envd/keepalive"
 	"github.com/sandbox-mcp/sandbox-mcp/proto/filesystem"
 	"github.com/sandbox-mcp/sandbox-mcp/proto/filesystem/filesystemconnect"
 )
@@ -34,12 +34,12 @@ func (k evKey) String() string { return fmt.Sprintf("%s %s", k.typ, k.name) }
 func keyOf(ev *filesystem.FilesystemEvent) evKey { return evKey{ev.GetName(), ev.GetType()} }
 
 // watchStream opens a WatchDir stream and checks that start{} comes first.
-func watchStream(t *testing.T, c filesystemconnect.FilesystemClient, msg *filesystem.WatchDirRequest, keepalive string) *connect.ServerStreamForClient[filesystem.WatchDirResponse] {
+func watchStream(t *testing.T, c filesystemconnect.FilesystemClient, msg *filesystem.WatchDirRequest, interval string) *connect.ServerStreamForClient[filesystem.WatchDirResponse] {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	req := connect.NewRequest(msg)
-	if keepalive != "" {
-		req.Header().Set(fsrpc.KeepaliveHeader, keepalive)
+	if interval != "" {
+		req.Header().Set(keepalive.Header, interval)
 	}
 	stream, err := c.WatchDir(ctx, req)
 	if err != nil {

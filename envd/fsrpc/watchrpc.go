@@ -7,9 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"net/http"
 	"os"
-	"strconv"
 	"sync"
 	"syscall"
 	"time"
@@ -17,16 +15,9 @@ import (
 	"connectrpc.com/connect"
 	"golang.org/x/sys/unix"
 
+	"github.com/sandbox-mcp/sandbox-mcp/envd/keepalive"
 	"github.com/sandbox-mcp/sandbox-mcp/proto/filesystem"
 )
-
-// KeepaliveHeader is the request header naming the keepalive interval of a
-// WatchDir stream, in whole seconds.
-const KeepaliveHeader = "Keepalive-Ping-Interval"
-
-// DefaultKeepalive is the keepalive interval when the header is absent or
-// not a positive integer, as in E2B's envd.
-const DefaultKeepalive = 90 * time.Second
 
 // MaxBufferedEvents caps the events a polling watcher holds between two
 // GetWatcherEvents calls. Past it new events are dropped and counted; the
@@ -45,7 +36,7 @@ type watchRequest interface {
 }
 
 // WatchDir streams events for a directory: start{} once the watch is armed,
-// then filesystem events and keepalives (see KeepaliveHeader; the interval
+// then filesystem events and keepalives (see keepalive.Header; the interval
 // restarts after each event). An event's entry (include_entry) describes the
 // path when the event is handled, so it is absent when the path is already
 // gone by then. The stream ends normally when the client goes
@@ -63,7 +54,7 @@ func (s *Service) WatchDir(ctx context.Context, req *connect.Request[filesystem.
 	if err := stream.Send(start); err != nil {
 		return err
 	}
-	interval := keepaliveInterval(req.Header())
+	interval := keepalive.Interval(req.Header())
 	timer := time.NewTimer(interval)
 	defer timer.Stop()
 	for {
@@ -92,17 +83,16 @@ func (s *Service) WatchDir(ctx context.Context, req *connect.Request[filesystem.
 	}
 }
 
-// keepaliveInterval reads KeepaliveHeader, falling back to DefaultKeepalive.
-func keepaliveInterval(h http.Header) time.Duration {
-	if n, err := strconv.Atoi(h.Get(KeepaliveHeader)); err == nil && n > 0 {
-		return time.Duration(n) * time.Second
-	}
-	return DefaultKeepalive
-}
-
 // CreateWatcher starts a polling watcher and returns its id. Events are
-// buffered (see MaxBufferedEvents) until GetWatcherEvents drains them.
+// buffered (see MaxBufferedEvents) until GetWatcherEvents drains them. A
+// watcher not drained for Options.PollerIdle is dropped, and at most
+// Options.MaxPollers live at once: past that, CreateWatcher fails with
+// resource_exhausted.
 func (s *Service) CreateWatcher(ctx context.Context, req *connect.Request[filesystem.CreateWatcherRequest]) (*connect.Response[filesystem.CreateWatcherResponse], error) {
+	s.sweepPollers()
+	if err := s.pollerRoom(); err != nil {
+		return nil, err
+	}
 	w, err := s.startWatch(ctx, req.Msg)
 	if err != nil {
 		return nil, err
@@ -114,18 +104,34 @@ func (s *Service) CreateWatcher(ctx context.Context, req *connect.Request[filesy
 		w.close()
 		return nil, errClosed()
 	}
+	if err := s.pollerRoomLocked(); err != nil {
+		s.mu.Unlock()
+		s.stopWatch(w)
+		return nil, err
+	}
+	p.used = s.now()
 	s.pollers[p.id] = p
+	if s.sweeper == nil {
+		s.sweeper = time.AfterFunc(s.pollerIdle, s.sweepTick)
+	}
 	s.mu.Unlock()
 	go p.pump()
 	return connect.NewResponse(&filesystem.CreateWatcherResponse{WatcherId: p.id}), nil
 }
 
 // GetWatcherEvents returns and forgets the events buffered for a watcher.
-// An unknown id is not_found.
+// An unknown id, or that of a watcher dropped for being idle, is not_found.
 func (s *Service) GetWatcherEvents(_ context.Context, req *connect.Request[filesystem.GetWatcherEventsRequest]) (*connect.Response[filesystem.GetWatcherEventsResponse], error) {
-	p, err := s.poller(req.Msg.GetWatcherId())
-	if err != nil {
-		return nil, err
+	s.sweepPollers()
+	id := req.Msg.GetWatcherId()
+	s.mu.Lock()
+	p, ok := s.pollers[id]
+	if ok {
+		p.used = s.now()
+	}
+	s.mu.Unlock()
+	if !ok {
+		return nil, watcherNotFound(id)
 	}
 	events, err := p.drain()
 	if err != nil {
@@ -149,14 +155,64 @@ func (s *Service) RemoveWatcher(_ context.Context, req *connect.Request[filesyst
 	return connect.NewResponse(&filesystem.RemoveWatcherResponse{}), nil
 }
 
-func (s *Service) poller(id string) (*poller, error) {
+// pollerRoom fails with resource_exhausted when Options.MaxPollers polling
+// watchers are alive.
+func (s *Service) pollerRoom() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	p, ok := s.pollers[id]
-	if !ok {
-		return nil, watcherNotFound(id)
+	return s.pollerRoomLocked()
+}
+
+func (s *Service) pollerRoomLocked() error {
+	if len(s.pollers) < s.maxPollers {
+		return nil
 	}
-	return p, nil
+	return connect.NewError(connect.CodeResourceExhausted,
+		fmt.Errorf("%d polling watchers are already open, the most allowed: remove unused ones with RemoveWatcher", len(s.pollers)))
+}
+
+// sweepPollers drops the polling watchers that nobody has drained for
+// Options.PollerIdle, as RemoveWatcher would: their client is most likely
+// gone, and each holds an inotify instance, of which every user of the
+// machine has few.
+func (s *Service) sweepPollers() {
+	type dropped struct {
+		p    *poller
+		idle time.Duration
+	}
+	var drop []dropped
+	s.mu.Lock()
+	now := s.now()
+	for id, p := range s.pollers {
+		if idle := now.Sub(p.used); idle >= s.pollerIdle {
+			drop = append(drop, dropped{p, idle})
+			delete(s.pollers, id)
+		}
+	}
+	s.mu.Unlock()
+	for _, d := range drop {
+		s.log.Info("dropped a polling watcher nobody drained", "id", d.p.id, "path", d.p.w.root, "idle", d.idle.Round(time.Second))
+		s.stopWatch(d.p.w)
+	}
+}
+
+// sweepTick runs sweepPollers from a timer while polling watchers exist, so
+// that idle ones are dropped even when no watcher RPC comes.
+func (s *Service) sweepTick() {
+	s.sweepPollers()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed || len(s.pollers) == 0 {
+		s.sweeper = nil
+		return
+	}
+	// Next when the longest-idle one would expire, but not in a busy loop.
+	now := s.now()
+	next := s.pollerIdle
+	for _, p := range s.pollers {
+		next = min(next, p.used.Add(s.pollerIdle).Sub(now))
+	}
+	s.sweeper.Reset(max(next, time.Second))
 }
 
 func watcherNotFound(id string) error {
@@ -170,7 +226,7 @@ func errClosed() error {
 // startWatch checks and resolves a watch request and starts the watch,
 // registered so that Close stops it.
 func (s *Service) startWatch(ctx context.Context, req watchRequest) (*watch, error) {
-	p, err := s.resolve(req.GetPath(), s.user(ctx))
+	p, err := s.resolve(req.GetPath(), s.users.FromContext(ctx))
 	if err != nil {
 		return nil, err
 	}
@@ -274,6 +330,7 @@ type poller struct {
 	id    string
 	w     *watch
 	limit int
+	used  time.Time // creation or the last GetWatcherEvents; guarded by Service.mu
 
 	mu       sync.Mutex
 	events   []*filesystem.FilesystemEvent

@@ -39,13 +39,11 @@ type User struct {
 type Resolver struct {
 	self        User
 	defaultUser string
-	home        string
 	log         *slog.Logger
 	lookup      func(name string) (*user.User, error)
 
-	mu     sync.Mutex
-	cache  map[string]User
-	warned map[string]bool
+	mu    sync.Mutex
+	cache map[string]User // every name resolved so far, so each is noted once
 }
 
 // ResolverOptions configures NewResolver. The zero value is usable.
@@ -87,16 +85,24 @@ func NewResolver(opts ResolverOptions) *Resolver {
 	return &Resolver{
 		self:        self,
 		defaultUser: opts.DefaultUser,
-		home:        opts.Home,
 		log:         log,
 		lookup:      user.Lookup,
 		cache:       map[string]User{},
-		warned:      map[string]bool{},
 	}
 }
 
 // Self returns the daemon's own user.
 func (r *Resolver) Self() User { return r.self }
+
+// FromContext returns the user a request acts as: the one WithUser put in
+// ctx (the daemon's middleware does, from the request's Basic auth), else
+// the default user.
+func (r *Resolver) FromContext(ctx context.Context) User {
+	if u, ok := FromContext(ctx); ok {
+		return u
+	}
+	return r.Lookup("")
+}
 
 // Lookup resolves name to a User. An empty name means the default user. A
 // name that does not exist, or that cannot be switched to because the daemon
@@ -118,6 +124,8 @@ func (r *Resolver) Lookup(name string) User {
 	return u
 }
 
+// resolve looks name up; Lookup caches the result, so it runs, and notes a
+// substitution, once per name.
 func (r *Resolver) resolve(name string) User {
 	if r.self.UID != 0 {
 		r.note(name, "the daemon is not root and cannot switch users")
@@ -143,10 +151,6 @@ func (r *Resolver) resolve(name string) User {
 }
 
 func (r *Resolver) note(name, why string) {
-	if r.warned[name] {
-		return
-	}
-	r.warned[name] = true
 	r.log.Info("running requests for user as the daemon's own user",
 		"requested_user", name, "reason", why, "acting_user", r.self.Name)
 }

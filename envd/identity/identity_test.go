@@ -70,4 +70,12 @@ func TestContext(t *testing.T) {
 	if !ok || got != u {
 		t.Fatalf("FromContext = %+v, %v", got, ok)
 	}
+
+	r := NewResolver(ResolverOptions{Home: "/workspace"})
+	if got := r.FromContext(WithUser(context.Background(), u)); got != u {
+		t.Errorf("Resolver.FromContext with a user = %+v, want %+v", got, u)
+	}
+	if got := r.FromContext(context.Background()); got != r.Lookup("") {
+		t.Errorf("Resolver.FromContext without a user = %+v, want the default %+v", got, r.Lookup(""))
+	}
 }

@@ -85,9 +85,6 @@ func (s *Subscription) Chunks() <-chan *Chunk { return s.ch }
 // closed it returns at once.
 func (s *Subscription) End() End { return s.p.Wait() }
 
-// Process returns the process subscribed to.
-func (s *Subscription) Process() *Process { return s.p }
-
 // Close unsubscribes. Output is no longer held for this subscriber, so a
 // subscriber that went away never blocks the process. Closing twice is a
 // no-op.

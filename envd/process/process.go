@@ -63,8 +63,8 @@ type Spec struct {
 	// as a session leader with the terminal as its controlling tty. Output
 	// then arrives as [PTY] chunks and input goes through WritePTY.
 	PTY *Size
-	// Stdin asks for a stdin pipe (WriteStdin, CloseStdin). Without it stdin
-	// is /dev/null. Ignored with PTY.
+	// Stdin asks for a stdin pipe (WriteStdinContext, CloseStdin). Without
+	// it stdin is /dev/null. Ignored with PTY.
 	Stdin bool
 	// Tag is an optional name to find the process by. Tags need not be
 	// unique.
@@ -73,6 +73,9 @@ type Spec struct {
 	// the process is still running that long after it started. The End then
 	// reports DeadlineExceeded.
 	Timeout time.Duration
+	// TimeoutSource names where Timeout came from (a request header), for
+	// messages about it. The table does not use it.
+	TimeoutSource string
 }
 
 // End says how a process ended.
@@ -112,9 +115,11 @@ type Process struct {
 
 	inMu  sync.Mutex
 	stdin *os.File // nil when never opened or closed
-	// writeMu serialises context-bound stdin writes, whose deadlines apply
-	// to the whole pipe.
-	writeMu sync.Mutex
+	// writeTurn holds one token while a stdin write is in progress: writes
+	// take turns, because the deadline that ends a write applies to the
+	// whole pipe. A channel rather than a mutex, so that a writer whose
+	// context ends can stop waiting for its turn.
+	writeTurn chan struct{}
 
 	readers     []*reader
 	readersLeft int // guarded by mu
@@ -138,9 +143,6 @@ type Process struct {
 // Pid returns the process id. The process is also the leader of its process
 // group, so the pid is the group id too.
 func (p *Process) Pid() int { return p.pid }
-
-// Tag returns Spec.Tag.
-func (p *Process) Tag() string { return p.spec.Tag }
 
 // Spec returns the Spec the process was started from. The caller must not
 // modify the slices and maps it shares.
@@ -193,19 +195,18 @@ func (p *Process) signalGroupLocked(sig syscall.Signal) error {
 	return nil
 }
 
-// WriteStdin writes b to the process's stdin pipe. It blocks while the pipe is
-// full. It fails with ErrStdinClosed when the process has no stdin pipe or it
-// was closed, and with ErrTTY for a PTY process.
-func (p *Process) WriteStdin(b []byte) error {
-	return p.WriteStdinContext(context.Background(), b)
-}
-
-// WriteStdinContext is WriteStdin that gives up when ctx ends (a process
-// that does not read its input must not hold the caller forever); it then
-// returns ctx's error, and some of b may have been written.
+// WriteStdinContext writes b to the process's stdin pipe. It blocks while
+// the pipe is full, and while another write is in progress, until ctx ends:
+// a process that does not read its input must not hold the caller forever.
+// It then returns ctx's error, and some of b may have been written. It fails
+// with ErrStdinClosed when the process has no stdin pipe or it was closed,
+// and with ErrTTY for a PTY process.
 func (p *Process) WriteStdinContext(ctx context.Context, b []byte) error {
 	if p.ptmx != nil {
 		return fmt.Errorf("%w with pid %d; send pty input instead", ErrTTY, p.pid)
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("write to stdin of process with pid %d: %w", p.pid, err)
 	}
 	p.inMu.Lock()
 	f := p.stdin
@@ -213,13 +214,25 @@ func (p *Process) WriteStdinContext(ctx context.Context, b []byte) error {
 	if f == nil {
 		return p.stdinClosed()
 	}
+	// Every write takes its turn, so the deadline below cuts only this one.
+	select {
+	case p.writeTurn <- struct{}{}:
+	case <-ctx.Done():
+		return fmt.Errorf("write to stdin of process with pid %d: %w (an earlier write is still waiting for the process to read)", p.pid, ctx.Err())
+	}
+	defer func() { <-p.writeTurn }()
 	if ctx.Done() != nil {
-		// Writers take turns, so the deadline below only cuts this one.
-		p.writeMu.Lock()
-		defer p.writeMu.Unlock()
-		stop := context.AfterFunc(ctx, func() { _ = f.SetWriteDeadline(time.Now()) })
+		fired := make(chan struct{})
+		stop := context.AfterFunc(ctx, func() {
+			_ = f.SetWriteDeadline(time.Now())
+			close(fired)
+		})
 		defer func() {
+			// stop reports false once the func has started, not finished:
+			// wait for its deadline to land before clearing it, or the next
+			// writer would find the pipe's deadline already past.
 			if !stop() {
+				<-fired
 				_ = f.SetWriteDeadline(time.Time{})
 			}
 		}()

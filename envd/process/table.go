@@ -110,6 +110,7 @@ func (t *Table) Start(spec Spec) (*Process, *Subscription, error) {
 		cmd:         cmd,
 		done:        make(chan struct{}),
 		readersDone: make(chan struct{}),
+		writeTurn:   make(chan struct{}, 1),
 	}
 
 	// parentEnds are ours to keep; childEnds are closed once the child has
@@ -203,22 +204,23 @@ func (t *Table) Start(spec Spec) (*Process, *Subscription, error) {
 	return p, sub, nil
 }
 
-// Get returns the process with the given pid: a live one, or an ended one
-// within the retention period. It fails with ErrNotFound.
-func (t *Table) Get(pid int) (*Process, error) {
+// Get returns the process with the given pid: a live one, or, with
+// withEnded, also an ended one within the retention period. It fails with
+// ErrNotFound.
+func (t *Table) Get(pid int, withEnded bool) (*Process, error) {
 	t.mu.Lock()
 	p := t.procs[pid]
 	t.mu.Unlock()
-	if p == nil {
+	if p == nil || (!withEnded && p.Ended()) {
 		return nil, &notFoundError{fmt.Sprintf("process with pid %d not found", pid)}
 	}
 	return p, nil
 }
 
 // GetTagged returns the process with the given tag. When several share the
-// tag it returns the newest live one, or, when none is live, the newest ended
-// one within the retention period. It fails with ErrNotFound.
-func (t *Table) GetTagged(tag string) (*Process, error) {
+// tag it returns the newest live one, or, with withEnded and none live, the
+// newest ended one within the retention period. It fails with ErrNotFound.
+func (t *Table) GetTagged(tag string, withEnded bool) (*Process, error) {
 	t.mu.Lock()
 	var best *Process
 	bestLive := false
@@ -227,6 +229,9 @@ func (t *Table) GetTagged(tag string) (*Process, error) {
 			continue
 		}
 		live := !p.Ended()
+		if !live && !withEnded {
+			continue
+		}
 		if best == nil || (live && !bestLive) || (live == bestLive && p.seq > best.seq) {
 			best, bestLive = p, live
 		}

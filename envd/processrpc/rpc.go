@@ -9,6 +9,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/sandbox-mcp/sandbox-mcp/envd/keepalive"
 	"github.com/sandbox-mcp/sandbox-mcp/envd/process"
 	pb "github.com/sandbox-mcp/sandbox-mcp/proto/process"
 )
@@ -27,7 +28,7 @@ func (s *Service) Start(ctx context.Context, req *connect.Request[pb.StartReques
 	}
 	s.log.Debug("process started", "pid", p.Pid(), "cmd", spec.Cmd, "tag", spec.Tag, "pty", spec.PTY != nil)
 	resp := &pb.StartResponse{}
-	return s.stream(ctx, p, sub, keepaliveInterval(req.Header()), func(ev *pb.ProcessEvent) error {
+	return s.stream(ctx, p, sub, keepalive.Interval(req.Header()), func(ev *pb.ProcessEvent) error {
 		resp.Event = ev
 		return stream.Send(resp)
 	})
@@ -42,7 +43,7 @@ func (s *Service) Connect(ctx context.Context, req *connect.Request[pb.ConnectRe
 		return err
 	}
 	resp := &pb.ConnectResponse{}
-	return s.stream(ctx, p, p.Subscribe(), keepaliveInterval(req.Header()), func(ev *pb.ProcessEvent) error {
+	return s.stream(ctx, p, p.Subscribe(), keepalive.Interval(req.Header()), func(ev *pb.ProcessEvent) error {
 		resp.Event = ev
 		return stream.Send(resp)
 	})
@@ -117,7 +118,8 @@ func endEvent(p *process.Process, end process.End) *pb.ProcessEvent {
 	if end.Error != "" {
 		msg := end.Error
 		if end.DeadlineExceeded {
-			msg = fmt.Sprintf("%s (deadline of %d ms from %s exceeded)", msg, p.Spec().Timeout.Milliseconds(), TimeoutHeader)
+			spec := p.Spec()
+			msg = fmt.Sprintf("%s (deadline of %d ms from %s exceeded)", msg, spec.Timeout.Milliseconds(), spec.TimeoutSource)
 		}
 		ev.Error = &msg
 	}

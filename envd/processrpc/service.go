@@ -2,9 +2,9 @@
 // Connect, List, SendInput, StreamInput, CloseStdin, Update, SendSignal) on
 // top of an envd/process Table, with the wire semantics of E2B's envd: the
 // order start → data/keepalive → end on every stream, keepalives at the
-// interval of the Keepalive-Ping-Interval header, the Connect-Timeout-Ms
-// header of Start as the process's deadline, and E2B's error codes and
-// messages.
+// interval of the Keepalive-Ping-Interval header, the timeout header of
+// Start (Connect-Timeout-Ms, or Grpc-Timeout for gRPC and gRPC-Web) as the
+// process's deadline, and E2B's error codes and messages.
 //
 // This package converts between protobuf and envd/process types and maps
 // errors to Connect codes; spawning, fan-out and signals live in
@@ -28,6 +28,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/sandbox-mcp/sandbox-mcp/envd/fsrpc"
 	"github.com/sandbox-mcp/sandbox-mcp/envd/identity"
 	"github.com/sandbox-mcp/sandbox-mcp/envd/paths"
 	"github.com/sandbox-mcp/sandbox-mcp/envd/process"
@@ -35,19 +36,16 @@ import (
 	"github.com/sandbox-mcp/sandbox-mcp/proto/process/processconnect"
 )
 
-// Header names read by the service.
+// Timeout headers. On Start the protocol's timeout header is the process's
+// deadline (see Service.Handler).
 const (
-	// KeepaliveHeader carries the keepalive interval of Start and Connect
-	// streams, in whole seconds.
-	KeepaliveHeader = "Keepalive-Ping-Interval"
-	// TimeoutHeader is the Connect protocol's timeout header. On Start it is
-	// the process's deadline (see Service.Handler).
+	// TimeoutHeader is the Connect protocol's timeout header, in
+	// milliseconds.
 	TimeoutHeader = "Connect-Timeout-Ms"
+	// GRPCTimeoutHeader is the timeout header of gRPC and gRPC-Web: at most
+	// eight digits and a unit, one of H M S m u n.
+	GRPCTimeoutHeader = "Grpc-Timeout"
 )
-
-// DefaultKeepalive is the keepalive interval when the request names none (or
-// an invalid one), as in envd.
-const DefaultKeepalive = 90 * time.Second
 
 // defaultPath is the PATH of processes when the daemon has none.
 const defaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -119,12 +117,15 @@ func New(opts Options) *Service {
 // Handler returns the service's path prefix and HTTP handler, built with
 // processconnect.NewProcessHandler and opts.
 //
-// For /process.Process/Start the handler moves the Connect-Timeout-Ms header
-// out of the request before connect-go sees it: the header is the process's
-// deadline (the process group is killed then and the stream still carries
-// the end event), not the stream's, which connect-go would cut at that very
-// instant. A value of 0 means no deadline, as E2B's SDKs intend. Other
-// procedures keep connect-go's normal deadline handling.
+// For /process.Process/Start the handler moves the protocol's timeout header
+// (Connect-Timeout-Ms, or Grpc-Timeout for gRPC and gRPC-Web) out of the
+// request before connect-go sees it: the header is the process's deadline
+// (the process group is killed then and the stream still carries the end
+// event), not the stream's, which connect-go would cut at that very instant.
+// A value of 0 means no deadline, as E2B's SDKs intend. Invalid values stay,
+// for connect-go to reject. Other procedures keep connect-go's normal
+// deadline handling. Mount the service with this handler: mounted without
+// it, a Start request's timeout cuts its stream.
 //
 // Start and Connect stream through a writer that coalesces each message,
 // and a burst of messages, into one write to the connection.
@@ -138,12 +139,8 @@ func (s *Service) Handler(opts ...connect.HandlerOption) (string, http.Handler) 
 	return path, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case processconnect.ProcessStartProcedure:
-			if v := r.Header.Get(TimeoutHeader); v != "" {
-				// Invalid values stay, for connect-go to reject as usual.
-				if ms, err := strconv.ParseUint(v, 10, 64); err == nil && len(v) <= 10 {
-					r.Header.Del(TimeoutHeader)
-					r = r.WithContext(context.WithValue(r.Context(), deadlineKey{}, time.Duration(ms)*time.Millisecond))
-				}
+			if dl, ok := takeDeadline(r.Header); ok {
+				r = r.WithContext(context.WithValue(r.Context(), deadlineKey{}, dl))
 			}
 			fallthrough
 		case processconnect.ProcessConnectProcedure:
@@ -162,35 +159,78 @@ func (s *Service) Handler(opts ...connect.HandlerOption) (string, http.Handler) 
 // Close twice is harmless.
 func (s *Service) Close() { s.table.Close() }
 
-// deadlineKey marks the Start deadline that Handler took out of the headers.
+// deadlineKey is the context key of the deadline Handler took out of a
+// Start request's headers.
 type deadlineKey struct{}
 
+// deadline is the process deadline of a Start request.
+type deadline struct {
+	timeout time.Duration // 0: none
+	header  string        // the header it came from
+}
+
+// takeDeadline removes the timeout header of the request's protocol from h
+// and returns its value. It reports false, leaving h as it is, when there is
+// no such header or its value is one connect-go rejects.
+func takeDeadline(h http.Header) (deadline, bool) {
+	// connect-go tells the protocols apart by Content-Type: application/grpc
+	// and application/grpc+codec are gRPC, application/grpc-web and
+	// application/grpc-web+codec gRPC-Web; both read Grpc-Timeout.
+	if strings.HasPrefix(strings.ToLower(h.Get("Content-Type")), "application/grpc") {
+		d, ok := parseGRPCTimeout(h.Get(GRPCTimeoutHeader))
+		if ok {
+			h.Del(GRPCTimeoutHeader)
+		}
+		return deadline{d, GRPCTimeoutHeader}, ok
+	}
+	v := h.Get(TimeoutHeader)
+	ms, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || ms < 0 || len(v) > 10 {
+		return deadline{}, false
+	}
+	h.Del(TimeoutHeader)
+	return deadline{time.Duration(ms) * time.Millisecond, TimeoutHeader}, true
+}
+
+// parseGRPCTimeout parses a Grpc-Timeout value as connect-go does: at most
+// eight digits and a unit. A number of hours too large for a time.Duration
+// means no deadline.
+func parseGRPCTimeout(v string) (time.Duration, bool) {
+	if v == "" {
+		return 0, false
+	}
+	var unit time.Duration
+	switch v[len(v)-1] {
+	case 'H':
+		unit = time.Hour
+	case 'M':
+		unit = time.Minute
+	case 'S':
+		unit = time.Second
+	case 'm':
+		unit = time.Millisecond
+	case 'u':
+		unit = time.Microsecond
+	case 'n':
+		unit = time.Nanosecond
+	default:
+		return 0, false
+	}
+	n, err := strconv.ParseInt(v[:len(v)-1], 10, 64)
+	if err != nil || n < 0 || n > 99_999_999 {
+		return 0, false
+	}
+	if n > math.MaxInt64/int64(unit) {
+		return 0, true
+	}
+	return time.Duration(n) * unit, true
+}
+
 // processDeadline returns the deadline of the process a Start request
-// spawns: Connect-Timeout-Ms as moved aside by Handler, or, when the service
-// is mounted without Handler, the handler context's own deadline.
-func processDeadline(ctx context.Context) time.Duration {
-	if d, ok := ctx.Value(deadlineKey{}).(time.Duration); ok {
-		return d
-	}
-	if dl, ok := ctx.Deadline(); ok {
-		return max(time.Until(dl), time.Millisecond)
-	}
-	return 0
-}
-
-func keepaliveInterval(h http.Header) time.Duration {
-	n, err := strconv.Atoi(h.Get(KeepaliveHeader))
-	if err != nil || n <= 0 {
-		return DefaultKeepalive
-	}
-	return time.Duration(n) * time.Second
-}
-
-func (s *Service) user(ctx context.Context) identity.User {
-	if u, ok := identity.FromContext(ctx); ok {
-		return u
-	}
-	return s.users.Lookup("")
+// spawns, as Handler moved it aside.
+func processDeadline(ctx context.Context) deadline {
+	d, _ := ctx.Value(deadlineKey{}).(deadline)
+	return d
 }
 
 // find resolves a selector. Only Connect may reach a process that has ended
@@ -201,20 +241,17 @@ func (s *Service) find(sel *pb.ProcessSelector, withEnded bool) (*process.Proces
 	var err error
 	switch v := sel.GetSelector().(type) {
 	case *pb.ProcessSelector_Pid:
-		p, err = s.table.Get(int(v.Pid))
-		if err == nil && !withEnded && p.Ended() {
-			err = fmt.Errorf("process with pid %d not found", v.Pid)
-		}
+		p, err = s.table.Get(int(v.Pid), withEnded)
 	case *pb.ProcessSelector_Tag:
-		p, err = s.table.GetTagged(v.Tag)
-		if err == nil && !withEnded && p.Ended() {
-			err = fmt.Errorf("process with tag '%s' not found", v.Tag)
-		}
+		p, err = s.table.GetTagged(v.Tag, withEnded)
 	default:
 		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("process selector is empty: set pid or tag"))
 	}
-	if err != nil {
+	switch {
+	case errors.Is(err, process.ErrNotFound):
 		return nil, connect.NewError(connect.CodeNotFound, err)
+	case err != nil:
+		return nil, connect.NewError(connect.CodeInternal, err)
 	}
 	return p, nil
 }
@@ -272,7 +309,7 @@ func (s *Service) spec(ctx context.Context, req *pb.StartRequest) (process.Spec,
 			return invalid("argument %q contains a NUL byte", a)
 		}
 	}
-	u := s.user(ctx)
+	u := s.users.FromContext(ctx)
 	dir, err := s.cwd(cfg.Cwd, u)
 	if err != nil {
 		return process.Spec{}, err
@@ -298,11 +335,14 @@ func (s *Service) spec(ctx context.Context, req *pb.StartRequest) (process.Spec,
 			Envs: cfg.GetEnvs(),
 			Cwd:  cfg.Cwd,
 		},
-		Env:     env,
-		Dir:     dir,
-		Stdin:   req.Stdin == nil || *req.Stdin,
-		Tag:     req.GetTag(),
-		Timeout: processDeadline(ctx),
+		Env:   env,
+		Dir:   dir,
+		Stdin: req.Stdin == nil || *req.Stdin,
+		Tag:   req.GetTag(),
+	}
+	if dl := processDeadline(ctx); dl.timeout > 0 {
+		spec.Timeout = dl.timeout
+		spec.TimeoutSource = dl.header
 	}
 	if u.Switch {
 		spec.Credential = &syscall.Credential{Uid: u.UID, Gid: u.GID}
@@ -317,11 +357,9 @@ func (s *Service) spec(ctx context.Context, req *pb.StartRequest) (process.Spec,
 // cwd resolves and checks the working directory of a Start request.
 func (s *Service) cwd(cwd *string, u identity.User) (string, error) {
 	dir, err := s.paths.Resolve(derefString(cwd), u)
-	switch {
-	case errors.Is(err, paths.ErrOutside):
-		return "", connect.NewError(connect.CodePermissionDenied, fmt.Errorf("cwd: %w", err))
-	case err != nil:
-		return "", connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("cwd: %w", err))
+	if err != nil {
+		ce := fsrpc.PathError(err, derefString(cwd))
+		return "", connect.NewError(ce.Code(), fmt.Errorf("cwd: %w", ce.Unwrap()))
 	}
 	shown := derefString(cwd)
 	if shown == "" {

@@ -20,6 +20,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sandbox-mcp/sandbox-mcp/envd/identity"
+	"github.com/sandbox-mcp/sandbox-mcp/envd/keepalive"
 	"github.com/sandbox-mcp/sandbox-mcp/envd/paths"
 	pb "github.com/sandbox-mcp/sandbox-mcp/proto/process"
 	"github.com/sandbox-mcp/sandbox-mcp/proto/process/processconnect"
@@ -35,6 +36,9 @@ type harness struct {
 	// h2 speaks binary protobuf over unencrypted HTTP/2 (our own client);
 	// json speaks protobuf-JSON over HTTP/1.1 (E2B's SDKs).
 	h2, json processconnect.ProcessClient
+	// url, h2c and h1 make more clients: other protocols and codecs.
+	url     string
+	h2c, h1 *http.Client
 }
 
 type harnessConfig struct {
@@ -84,9 +88,12 @@ func newHarness(t testing.TB, cfg harnessConfig) *harness {
 		svc:  svc,
 		root: root,
 		user: users.Lookup(""),
-		h2:   processconnect.NewProcessClient(&http.Client{Transport: h2}, srv.URL),
-		json: processconnect.NewProcessClient(&http.Client{Transport: h1}, srv.URL, connect.WithProtoJSON()),
+		url:  srv.URL,
+		h2c:  &http.Client{Transport: h2},
+		h1:   &http.Client{Transport: h1},
 	}
+	h.h2 = processconnect.NewProcessClient(h.h2c, srv.URL)
+	h.json = processconnect.NewProcessClient(h.h1, srv.URL, connect.WithProtoJSON())
 	if cfg.user != nil {
 		h.user = *cfg.user
 	}
@@ -466,6 +473,115 @@ func TestDeadlineKillsProcessGroup(t *testing.T) {
 	}
 }
 
+// gRPC and gRPC-Web carry Start's deadline in Grpc-Timeout. It is the
+// process's deadline too: the process is killed then, and the stream still
+// delivers the end event saying so.
+func TestDeadlineOverGRPC(t *testing.T) {
+	h := newHarness(t, harnessConfig{})
+	for name, c := range map[string]processconnect.ProcessClient{
+		"grpc-h2c":           processconnect.NewProcessClient(h.h2c, h.url, connect.WithGRPC()),
+		"grpc-json-h2c":      processconnect.NewProcessClient(h.h2c, h.url, connect.WithGRPC(), connect.WithProtoJSON()),
+		"grpc-web-http1":     processconnect.NewProcessClient(h.h1, h.url, connect.WithGRPCWeb()),
+		"grpc-web-json-h2c":  processconnect.NewProcessClient(h.h2c, h.url, connect.WithGRPCWeb(), connect.WithProtoJSON()),
+		"grpc-web-json-http": processconnect.NewProcessClient(h.h1, h.url, connect.WithGRPCWeb(), connect.WithProtoJSON()),
+	} {
+		t.Run(name, func(t *testing.T) {
+			r := collect(t, h.start(t, c, &pb.StartRequest{Process: cmd("sleep", "100")}, map[string]string{GRPCTimeoutHeader: "300m"}))
+			const wantErr = "signal: killed (deadline of 300 ms from Grpc-Timeout exceeded)"
+			if r.end.GetExitCode() != -1 || r.end.GetExited() || r.end.GetStatus() != "signal: killed" || r.end.GetError() != wantErr {
+				t.Errorf("end = %v, want error %q", r.end, wantErr)
+			}
+			waitGone(t, int(r.pid))
+
+			// Zero means no deadline, as with Connect-Timeout-Ms.
+			r = collect(t, h.start(t, c, &pb.StartRequest{Process: cmd("true")}, map[string]string{GRPCTimeoutHeader: "0n"}))
+			if r.end.GetExitCode() != 0 || r.end.Error != nil {
+				t.Errorf("with timeout 0n: end = %v", r.end)
+			}
+
+			// Connect-Timeout-Ms is not gRPC's header: it sets no deadline.
+			r = collect(t, h.start(t, c, &pb.StartRequest{Process: cmd("sh", "-c", "exit 3")}, map[string]string{TimeoutHeader: "1"}))
+			if r.end.GetExitCode() != 3 {
+				t.Errorf("with Connect-Timeout-Ms over gRPC: end = %v", r.end)
+			}
+
+			// A malformed value is refused, as connect-go refuses it.
+			for _, bad := range []string{"5x", "123456789S", "-1S", "S"} {
+				cr := connect.NewRequest(&pb.StartRequest{Process: cmd("true")})
+				cr.Header().Set(GRPCTimeoutHeader, bad)
+				s, err := c.Start(testContext(t), cr)
+				if err == nil {
+					for s.Receive() {
+						t.Errorf("Grpc-Timeout %q: got event %v", bad, s.Msg().GetEvent())
+					}
+					err = s.Err()
+					_ = s.Close()
+				}
+				if connect.CodeOf(err) != connect.CodeInvalidArgument {
+					t.Errorf("Grpc-Timeout %q: %v, want invalid_argument", bad, err)
+				}
+			}
+		})
+	}
+}
+
+// The Connect protocol's timeout header is not taken for gRPC's: over
+// Connect, Grpc-Timeout sets no deadline.
+func TestGRPCTimeoutIgnoredOverConnect(t *testing.T) {
+	h := newHarness(t, harnessConfig{})
+	r := collect(t, h.start(t, h.h2, &pb.StartRequest{Process: cmd("sh", "-c", "exit 3")}, map[string]string{GRPCTimeoutHeader: "1n"}))
+	if r.end.GetExitCode() != 3 {
+		t.Errorf("end = %v", r.end)
+	}
+}
+
+func TestTakeDeadline(t *testing.T) {
+	for _, tc := range []struct {
+		contentType, header, value string
+		want                       time.Duration
+		ok                         bool
+	}{
+		{"application/connect+proto", TimeoutHeader, "2000", 2 * time.Second, true},
+		{"application/connect+json", TimeoutHeader, "0", 0, true},
+		{"application/connect+json", TimeoutHeader, "12345678901", 0, false},
+		{"application/connect+json", TimeoutHeader, "-5", 0, false},
+		{"application/connect+json", TimeoutHeader, "", 0, false},
+		{"application/connect+json", GRPCTimeoutHeader, "5S", 0, false},
+		{"application/grpc", GRPCTimeoutHeader, "5S", 5 * time.Second, true},
+		{"application/grpc+proto", GRPCTimeoutHeader, "2H", 2 * time.Hour, true},
+		{"application/grpc+json", GRPCTimeoutHeader, "3M", 3 * time.Minute, true},
+		{"application/grpc-web", GRPCTimeoutHeader, "250m", 250 * time.Millisecond, true},
+		{"application/grpc-web+proto", GRPCTimeoutHeader, "7u", 7 * time.Microsecond, true},
+		{"Application/GRPC-Web+json", GRPCTimeoutHeader, "9n", 9, true},
+		{"application/grpc", GRPCTimeoutHeader, "99999999H", 0, true}, // too long for a Duration: no deadline
+		{"application/grpc", GRPCTimeoutHeader, "100000000S", 0, false},
+		{"application/grpc", GRPCTimeoutHeader, "5s", 0, false},
+		{"application/grpc", GRPCTimeoutHeader, "", 0, false},
+		{"application/grpc", TimeoutHeader, "2000", 0, false},
+	} {
+		h := http.Header{}
+		h.Set("Content-Type", tc.contentType)
+		if tc.value != "" {
+			h.Set(tc.header, tc.value)
+		}
+		got, ok := takeDeadline(h)
+		if ok != tc.ok || got.timeout != tc.want {
+			t.Errorf("%s with %s: %q = %v, %v; want %v, %v", tc.contentType, tc.header, tc.value, got.timeout, ok, tc.want, tc.ok)
+			continue
+		}
+		wantLeft := tc.value
+		if ok {
+			wantLeft = ""
+		}
+		if left := h.Get(tc.header); left != wantLeft {
+			t.Errorf("%s with %s: %q: header left %q, want %q", tc.contentType, tc.header, tc.value, left, wantLeft)
+		}
+		if ok && got.header != tc.header {
+			t.Errorf("%s: deadline from %q, want %q", tc.contentType, got.header, tc.header)
+		}
+	}
+}
+
 func TestClientCancelDoesNotKill(t *testing.T) {
 	h := newHarness(t, harnessConfig{})
 	ctx, cancel := context.WithCancel(testContext(t))
@@ -647,7 +763,7 @@ func TestChunksAtMost32KiB(t *testing.T) {
 
 func TestKeepalive(t *testing.T) {
 	h := newHarness(t, harnessConfig{})
-	header := map[string]string{KeepaliveHeader: "1"}
+	header := map[string]string{keepalive.Header: "1"}
 	start := h.start(t, h.h2, &pb.StartRequest{Process: cmd("sleep", "100")}, header)
 	pid := start.expectStart(t)
 	conn := h.connect(t, h.json, byPid(pid), header)
@@ -923,7 +1039,7 @@ func TestWireFormatOfE2BSDKs(t *testing.T) {
 	req.Header.Set("Content-Type", "application/connect+json")
 	req.Header.Set("Connect-Protocol-Version", "1")
 	req.Header.Set("Connect-Accept-Encoding", "gzip")
-	req.Header.Set(KeepaliveHeader, "50")
+	req.Header.Set(keepalive.Header, "50")
 	req.Header.Set(TimeoutHeader, "60000")
 	rec := httptest.NewRecorder()
 	handler.ServeHTTP(rec, req)

@@ -18,6 +18,15 @@ const (
 // AccessTokenHeader carries envd's access token.
 const AccessTokenHeader = "X-Access-Token"
 
+// UnauthorizedMessage is envd's text for a missing or wrong access token.
+const UnauthorizedMessage = "unauthorized access, please provide a valid access token or method signing if supported"
+
+// TokenOK reports whether r carries token in AccessTokenHeader, comparing in
+// constant time. An empty token matches nothing.
+func TokenOK(r *http.Request, token string) bool {
+	return token != "" && equal(r.Header.Get(AccessTokenHeader), token)
+}
+
 // Signature returns the value of the `signature` query parameter that lets a
 // request without the access token read or write path, as E2B's SDKs compute
 // it: "v1_" + unpadded standard base64 of sha256 over
@@ -47,15 +56,14 @@ func (s *server) authorize(r *http.Request, operation string) error {
 	if s.token == "" {
 		return nil
 	}
-	header := r.Header.Get(AccessTokenHeader)
-	if header != "" && equal(header, s.token) {
+	if TokenOK(r, s.token) {
 		return nil
 	}
 	q := r.URL.Query()
 	sig := q.Get("signature")
 	if sig == "" {
-		if header != "" {
-			return errorf(http.StatusUnauthorized, "unauthorized access, please provide a valid access token or method signing if supported")
+		if r.Header.Get(AccessTokenHeader) != "" {
+			return errorf(http.StatusUnauthorized, "%s", UnauthorizedMessage)
 		}
 		return errorf(http.StatusUnauthorized, "missing signature query parameter")
 	}

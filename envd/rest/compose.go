@@ -8,6 +8,8 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+
+	"github.com/sandbox-mcp/sandbox-mcp/envd/fsrpc"
 )
 
 // maxComposeBody caps the JSON body of POST /files/compose.
@@ -87,23 +89,19 @@ func (s *server) compose(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	dest := tx.files[0]
+	destInfo, destErr := os.Stat(dest.final)
 	for _, p := range sources {
-		if same(p, dest.final) {
-			continue
+		if destErr == nil {
+			if info, err := os.Stat(p); err == nil && os.SameFile(info, destInfo) {
+				continue // the source was also the destination
+			}
 		}
 		if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			s.fail(w, r, errorf(http.StatusInternalServerError, "composed '%s' but could not remove source '%s': %s", dest.shown, p, rootCause(err)))
+			s.fail(w, r, errorf(http.StatusInternalServerError, "composed '%s' but could not remove source '%s': %s", dest.shown, p, fsrpc.RootCause(err)))
 			return
 		}
 	}
 	writeJSON(w, http.StatusOK, uploadedFile{Path: dest.shown, Name: filepath.Base(dest.shown), Type: "file"})
-}
-
-// same reports whether a and b name the same file.
-func same(a, b string) bool {
-	ai, err1 := os.Stat(a)
-	bi, err2 := os.Stat(b)
-	return err1 == nil && err2 == nil && os.SameFile(ai, bi)
 }
 
 // concatReader reads the files in paths one after another. Open failures
@@ -136,7 +134,7 @@ func (c *concatReader) Read(p []byte) (int, error) {
 			continue
 		}
 		if err != nil {
-			return n, errorf(http.StatusInternalServerError, "read source '%s': %s", c.cur.Name(), rootCause(err))
+			return n, errorf(http.StatusInternalServerError, "read source '%s': %s", c.cur.Name(), fsrpc.RootCause(err))
 		}
 		return n, nil
 	}

@@ -2,9 +2,7 @@ package rest
 
 import (
 	"compress/gzip"
-	"errors"
 	"io"
-	"io/fs"
 	"mime"
 	"net/http"
 	"os"
@@ -12,6 +10,10 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+
+	"connectrpc.com/connect"
+
+	"github.com/sandbox-mcp/sandbox-mcp/envd/fsrpc"
 )
 
 // download serves GET /files?path=&username=. The file streams through
@@ -74,27 +76,14 @@ func (s *server) download(w http.ResponseWriter, r *http.Request) {
 
 // openError maps an error opening path for reading to a status.
 func openError(err error, p string) error {
-	switch {
-	case errors.Is(err, fs.ErrNotExist):
+	switch code := fsrpc.CodeOf(err); code {
+	case connect.CodeNotFound:
 		return errorf(http.StatusNotFound, "path '%s' does not exist", p)
-	case errors.Is(err, fs.ErrPermission):
-		return errorf(http.StatusForbidden, "path '%s' is not readable: %s", p, rootCause(err))
+	case connect.CodePermissionDenied:
+		return errorf(http.StatusForbidden, "path '%s' is not readable: %s", p, fsrpc.RootCause(err))
 	default:
-		return errorf(http.StatusInternalServerError, "open '%s': %s", p, rootCause(err))
+		return errorf(statusOf(code), "open '%s': %s", p, fsrpc.RootCause(err))
 	}
-}
-
-// rootCause drops the *fs.PathError wrapping whose text repeats the path.
-func rootCause(err error) error {
-	var pe *fs.PathError
-	if errors.As(err, &pe) {
-		return pe.Err
-	}
-	var le *os.LinkError
-	if errors.As(err, &le) {
-		return le.Err
-	}
-	return err
 }
 
 // negotiateEncoding picks "gzip" or "identity" from Accept-Encoding values

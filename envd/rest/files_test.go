@@ -369,10 +369,19 @@ func TestUploadTooLarge(t *testing.T) {
 	if buf.Len() >= limit {
 		t.Fatalf("test body compresses to %d bytes, not under the limit", buf.Len())
 	}
-	wantError(t, e.post(t, e.url("/files", "path", "bomb.bin"), "application/octet-stream", &buf, "Content-Encoding", "gzip"), http.StatusRequestEntityTooLarge)
+	wantError(t, e.post(t, e.url("/files", "path", "bomb.bin"), "application/octet-stream", &buf, "Content-Encoding", "gzip"), http.StatusRequestEntityTooLarge, "larger than the limit of 1024 bytes")
+	// One that inflates to exactly the limit is fine.
+	buf.Reset()
+	zw = gzip.NewWriter(&buf)
+	_, _ = zw.Write(bytes.Repeat([]byte{'z'}, limit))
+	_ = zw.Close()
+	decodeUploaded(t, e.post(t, e.url("/files", "path", "gz-exact.bin"), "application/octet-stream", &buf, "Content-Encoding", "gzip"))
+	if b, err := os.ReadFile(e.path("gz-exact.bin")); err != nil || len(b) != limit {
+		t.Fatalf("gzip body of exactly the limit: %d bytes stored, %v", len(b), err)
+	}
 
 	ct, body := multipartBody(t, [3]string{"file", "mp.bin", strings.Repeat("c", 4*limit)})
-	wantError(t, e.post(t, e.url("/files"), ct, body), http.StatusRequestEntityTooLarge)
+	wantError(t, e.post(t, e.url("/files"), ct, body), http.StatusRequestEntityTooLarge, "larger than the limit of 1024 bytes")
 
 	for _, name := range []string{"known.bin", "chunked.bin", "bomb.bin", "mp.bin"} {
 		if _, err := os.Stat(e.path(name)); !os.IsNotExist(err) {

@@ -17,6 +17,9 @@ import (
 	"net/http"
 	"strconv"
 
+	"connectrpc.com/connect"
+
+	"github.com/sandbox-mcp/sandbox-mcp/envd/fsrpc"
 	"github.com/sandbox-mcp/sandbox-mcp/envd/identity"
 	"github.com/sandbox-mcp/sandbox-mcp/envd/paths"
 )
@@ -188,19 +191,32 @@ func (s *server) fail(w http.ResponseWriter, r *http.Request, err error) {
 }
 
 // resolve maps a client path to a host path: 400 for malformed paths, 403
-// for paths outside the root.
+// for paths outside the root (see fsrpc.PathError).
 func (s *server) resolve(p string, u identity.User) (string, error) {
 	abs, err := s.paths.Resolve(p, u)
-	switch {
-	case err == nil:
-		return abs, nil
-	case errors.Is(err, paths.ErrOutside):
-		return "", errorf(http.StatusForbidden, "%s", err)
-	case errors.Is(err, paths.ErrInvalid):
-		return "", errorf(http.StatusBadRequest, "%s", err)
-	default:
-		return "", errorf(http.StatusInternalServerError, "resolve path %q: %s", p, err)
+	if err != nil {
+		ce := fsrpc.PathError(err, p)
+		return "", errorf(statusOf(ce.Code()), "%s", ce.Message())
 	}
+	return abs, nil
+}
+
+// statuses maps the Connect codes of filesystem errors (fsrpc.CodeOf,
+// fsrpc.PathError) to HTTP statuses; codes not listed are 500.
+var statuses = map[connect.Code]int{
+	connect.CodeNotFound:           http.StatusNotFound,
+	connect.CodeAlreadyExists:      http.StatusConflict,
+	connect.CodePermissionDenied:   http.StatusForbidden,
+	connect.CodeInvalidArgument:    http.StatusBadRequest,
+	connect.CodeFailedPrecondition: http.StatusBadRequest,
+	connect.CodeResourceExhausted:  http.StatusInsufficientStorage,
+}
+
+func statusOf(code connect.Code) int {
+	if status, ok := statuses[code]; ok {
+		return status
+	}
+	return http.StatusInternalServerError
 }
 
 // printableASCII reports whether s holds only bytes in [lo, '~'].

@@ -18,6 +18,7 @@ import (
 	"syscall"
 	"unicode/utf8"
 
+	"connectrpc.com/connect"
 	"golang.org/x/sys/unix"
 
 	"github.com/sandbox-mcp/sandbox-mcp/envd/fsrpc"
@@ -134,7 +135,7 @@ func (s *server) requestBody(w http.ResponseWriter, r *http.Request) (io.Reader,
 			return nil, errorf(http.StatusBadRequest, "the gzip request body is invalid: %s", err)
 		}
 		if s.maxUpload > 0 {
-			return &limitReader{r: zr, left: s.maxUpload}, nil
+			return http.MaxBytesReader(w, io.NopCloser(zr), s.maxUpload), nil
 		}
 		return zr, nil
 	default:
@@ -146,31 +147,6 @@ func (s *server) tooLarge() *httpError {
 	return errorf(http.StatusRequestEntityTooLarge, "request body is larger than the limit of %d bytes", s.maxUpload)
 }
 
-// errDecodedTooLarge marks a gzip body that inflates past MaxUploadBytes.
-var errDecodedTooLarge = errors.New("decoded body too large")
-
-// limitReader fails with errDecodedTooLarge once more than left bytes were
-// read.
-type limitReader struct {
-	r    io.Reader
-	left int64
-}
-
-func (l *limitReader) Read(p []byte) (int, error) {
-	if l.left < 0 {
-		return 0, errDecodedTooLarge
-	}
-	if int64(len(p)) > l.left+1 {
-		p = p[:l.left+1]
-	}
-	n, err := l.r.Read(p)
-	l.left -= int64(n)
-	if l.left < 0 {
-		return n, errDecodedTooLarge
-	}
-	return n, err
-}
-
 // readError maps a failure reading the request body.
 func (s *server) readError(err error) *httpError {
 	var he *httpError
@@ -178,7 +154,7 @@ func (s *server) readError(err error) *httpError {
 	switch {
 	case errors.As(err, &he):
 		return he
-	case errors.As(err, &mbe), errors.Is(err, errDecodedTooLarge):
+	case errors.As(err, &mbe):
 		return s.tooLarge()
 	case errors.Is(err, gzip.ErrHeader), errors.Is(err, gzip.ErrChecksum):
 		return errorf(http.StatusBadRequest, "the gzip request body is invalid: %s", err)
@@ -192,16 +168,12 @@ func writeError(err error, p string) error {
 	if errors.As(err, &he) {
 		return he
 	}
-	cause := rootCause(err)
-	switch {
-	case errors.Is(err, syscall.ENOSPC), errors.Is(err, syscall.EDQUOT):
+	cause := fsrpc.RootCause(err)
+	code := fsrpc.CodeOf(err)
+	if code == connect.CodeResourceExhausted {
 		return errorf(http.StatusInsufficientStorage, "not enough disk space to write '%s': %s", p, cause)
-	case errors.Is(err, fs.ErrPermission), errors.Is(err, syscall.EROFS):
-		return errorf(http.StatusForbidden, "cannot write '%s': %s", p, cause)
-	case errors.Is(err, syscall.ENOTDIR), errors.Is(err, syscall.EISDIR), errors.Is(err, syscall.ENAMETOOLONG), errors.Is(err, syscall.ELOOP):
-		return errorf(http.StatusBadRequest, "cannot write '%s': %s", p, cause)
 	}
-	return errorf(http.StatusInternalServerError, "cannot write '%s': %s", p, cause)
+	return errorf(statusOf(code), "cannot write '%s': %s", p, cause)
 }
 
 // parseMetadata collects X-Metadata-<key> headers. Keys are lower-cased,
