@@ -3,6 +3,9 @@ package manage
 import (
 	"errors"
 	"fmt"
+	"time"
+
+	"github.com/sandbox-mcp/sandbox-mcp/envd/client"
 )
 
 // LostError reports that the sandbox behind an operation was lost (gone, or
@@ -32,6 +35,20 @@ type LostError struct {
 	// Cause is the error that revealed the loss (nil when the loss was
 	// found before anything was sent).
 	Cause error
+
+	// endedAt is when the provider saw the sandbox end (zero if unknown):
+	// an operation started after it certainly did not run.
+	endedAt time.Time
+}
+
+// forOperation returns a copy of e for an operation that acquired its lease
+// at acquired and failed with cause: NotRun is decided per operation, the
+// same way for every caller that reports this loss.
+func (e *LostError) forOperation(cause error, acquired time.Time) *LostError {
+	le := *e
+	le.Cause = cause
+	le.NotRun = client.NotSent(cause) || (!e.endedAt.IsZero() && e.endedAt.Before(acquired))
+	return &le
 }
 
 func (e *LostError) Error() string {

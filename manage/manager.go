@@ -168,9 +168,6 @@ func New(opts Options) (*Manager, error) {
 // Provider returns the Manager's provider.
 func (m *Manager) Provider() Provider { return m.opts.Provider }
 
-// Options returns the options the Manager runs with (after defaults).
-func (m *Manager) Options() Options { return m.opts }
-
 // workspace is the Manager's state for one key.
 type workspace struct {
 	key   string
@@ -192,6 +189,10 @@ type workspace struct {
 	gone     bool       // the workspace ended (session closed)
 }
 
+// errSuperseded ends a transition whose workspace was reset, paused or
+// closed meanwhile; operations waiting for it wait for the next one instead.
+var errSuperseded = errors.New("superseded by a newer change to the workspace")
+
 // flight is one lifecycle transition in progress; operations wait for it.
 type flight struct {
 	done   chan struct{}
@@ -211,7 +212,9 @@ func (m *Manager) workspace(key string, named bool) (*workspace, error) {
 		m.workspaces[key] = ws
 	}
 	if named {
+		ws.mu.Lock()
 		ws.named = true
+		ws.mu.Unlock()
 	}
 	return ws, nil
 }
@@ -266,7 +269,7 @@ func (m *Manager) Acquire(ctx context.Context, key string, named bool) (*Lease, 
 				return nil, ctx.Err()
 			}
 			events = append(events, f.events...)
-			if f.err != nil {
+			if f.err != nil && !errors.Is(f.err, errSuperseded) {
 				return nil, f.err
 			}
 			continue
@@ -285,6 +288,9 @@ func (m *Manager) Acquire(ctx context.Context, key string, named bool) (*Lease, 
 			})
 		case ws.state == StatePaused || ws.state == StateStopped:
 			m.startFlight(ws, m.resume)
+		case ws.cli == nil:
+			// Published but not reachable yet (reaching it failed once).
+			m.startFlight(ws, func(ws *workspace, _ *flight, epoch uint64) error { return m.connect(ws, epoch) })
 		default:
 			ws.active++
 			if ws.idle != nil {
@@ -341,7 +347,9 @@ func (m *Manager) load(ws *workspace, f *flight, epoch uint64) error {
 	}
 	if !ok {
 		ws.mu.Lock()
-		ws.loaded = true
+		if ws.epoch == epoch {
+			ws.loaded = true
+		}
 		ws.mu.Unlock()
 		return m.create(ws, f, epoch, 1, EventCreated, nil)
 	}
@@ -364,6 +372,10 @@ func (m *Manager) load(ws *workspace, f *flight, epoch uint64) error {
 		return m.replaceLost(ws, f, epoch, rec.Generation, info, nil, true)
 	case StateRunning, StatePaused, StateStopped:
 		ws.mu.Lock()
+		if ws.epoch != epoch {
+			ws.mu.Unlock()
+			return fmt.Errorf("workspace %q changed while loading: %w", ws.key, errSuperseded)
+		}
 		ws.loaded = true
 		ws.gen = rec.Generation
 		sb := info
@@ -381,6 +393,10 @@ func (m *Manager) load(ws *workspace, f *flight, epoch uint64) error {
 // connect makes the envd client for the published sandbox.
 func (m *Manager) connect(ws *workspace, epoch uint64) error {
 	ws.mu.Lock()
+	if ws.epoch != epoch || ws.sb == nil {
+		ws.mu.Unlock()
+		return fmt.Errorf("workspace %q changed while connecting: %w", ws.key, errSuperseded)
+	}
 	id := ws.sb.ID
 	ws.mu.Unlock()
 	ctx, cancel := m.callCtx()
@@ -394,16 +410,19 @@ func (m *Manager) connect(ws *workspace, epoch uint64) error {
 		return err
 	}
 	ws.mu.Lock()
-	defer ws.mu.Unlock()
 	if ws.epoch != epoch {
+		ws.mu.Unlock()
 		cli.Close()
-		return fmt.Errorf("workspace %q changed while connecting; try again", ws.key)
+		return fmt.Errorf("workspace %q changed while connecting: %w", ws.key, errSuperseded)
 	}
 	if ws.cli != nil {
 		ws.cli.Close()
 	}
 	ws.cli = cli
-	return m.putRecord(ws)
+	rec := m.record(ws)
+	ws.mu.Unlock()
+	m.save(rec)
+	return nil
 }
 
 func (m *Manager) newClient(ep Endpoint) (*client.Client, error) {
@@ -424,10 +443,10 @@ func (m *Manager) newClient(ep Endpoint) (*client.Client, error) {
 	return client.New(ep.URL, opts...)
 }
 
-// putRecord writes the workspace's record. Called with ws.mu held.
-func (m *Manager) putRecord(ws *workspace) error {
-	ctx, cancel := m.callCtx()
-	defer cancel()
+// record is the workspace's store record. Called with ws.mu held; the
+// write (m.save) happens after ws.mu is released, so store I/O never holds
+// up the workspace's other operations.
+func (m *Manager) record(ws *workspace) Record {
 	now := time.Now().UTC()
 	rec := Record{Key: ws.key, Provider: m.opts.Provider.Name(), Generation: ws.gen, State: ws.state, Named: ws.named, UpdatedAt: now}
 	if ws.sb != nil {
@@ -437,12 +456,17 @@ func (m *Manager) putRecord(ws *workspace) error {
 	if ws.state == StatePaused || ws.state == StateStopped {
 		rec.PausedAt = now
 	}
+	return rec
+}
+
+// save writes rec to the store. The sandbox works either way; a failure to
+// remember it is logged loudly, not returned.
+func (m *Manager) save(rec Record) {
+	ctx, cancel := m.callCtx()
+	defer cancel()
 	if err := m.store.Put(ctx, rec); err != nil {
-		// The sandbox works; only remembering it failed. Say so loudly but
-		// do not fail the operation.
-		m.log.Error("could not record workspace in the store", "key", ws.key, "sandbox", rec.SandboxID, "err", err)
+		m.log.Error("could not record workspace in the store", "key", rec.Key, "sandbox", rec.SandboxID, "err", err)
 	}
-	return nil
 }
 
 // create makes a new sandbox and publishes it as generation gen. The
@@ -457,8 +481,23 @@ func (m *Manager) create(ws *workspace, f *flight, epoch uint64, gen int64, kind
 		return fmt.Errorf("workspace %q: taking the creation lock: %w", ws.key, err)
 	}
 	defer unlock()
+	ws.mu.Lock()
+	superseded, named := ws.epoch != epoch, ws.named
+	ws.mu.Unlock()
+	if superseded {
+		if lost != nil {
+			lost.ReplaceErr = errors.New("the workspace was reset, paused or closed while the replacement was being made")
+			return lost
+		}
+		return fmt.Errorf("workspace %q was reset or closed while its sandbox was being created: %w", ws.key, errSuperseded)
+	}
+	if sb, recGen, ok := m.madeMeanwhile(ws.key, gen); ok {
+		// Another server sharing the store made this workspace's sandbox
+		// while we waited for the lock: use it, make no second one.
+		return m.publish(ws, f, epoch, sb, recGen, kind, lost, false)
+	}
 	cfg := m.opts.Template
-	cfg.Key, cfg.Named = ws.key, ws.named
+	cfg.Key, cfg.Named = ws.key, named
 	ctx, cancel := context.WithTimeout(context.Background(), m.opts.CreateTimeout)
 	defer cancel()
 	sb, err := m.opts.Provider.Create(ctx, cfg)
@@ -467,11 +506,13 @@ func (m *Manager) create(ws *workspace, f *flight, epoch uint64, gen int64, kind
 			// The next operation tries again to create one.
 			lost.ReplaceErr = err
 			ws.mu.Lock()
-			ws.loaded = true
-			ws.sb, ws.state = nil, ""
-			if ws.cli != nil {
-				ws.cli.Close()
-				ws.cli = nil
+			if ws.epoch == epoch {
+				ws.loaded = true
+				ws.sb, ws.state = nil, ""
+				if ws.cli != nil {
+					ws.cli.Close()
+					ws.cli = nil
+				}
 			}
 			ws.mu.Unlock()
 			return lost
@@ -479,13 +520,41 @@ func (m *Manager) create(ws *workspace, f *flight, epoch uint64, gen int64, kind
 		return fmt.Errorf("workspace %q: creating a sandbox with the %s provider: %w", ws.key, m.opts.Provider.Name(), err)
 	}
 	m.creations.Add(1)
-	return m.publish(ws, f, epoch, sb, gen, kind, lost)
+	return m.publish(ws, f, epoch, sb, gen, kind, lost, true)
+}
+
+// madeMeanwhile reports a live sandbox of this provider that the store
+// records for key at generation gen or later: one another server (sharing
+// the store) made after this one decided to create generation gen. A
+// paused or stopped one is resumed (a stopped one gets the next generation).
+func (m *Manager) madeMeanwhile(key string, gen int64) (Sandbox, int64, bool) {
+	ctx, cancel := m.callCtx()
+	defer cancel()
+	rec, ok, err := m.store.Get(ctx, key)
+	if err != nil || !ok || rec.Provider != m.opts.Provider.Name() || rec.SandboxID == "" || rec.State == StateGone || rec.Generation < gen {
+		return Sandbox{}, 0, false
+	}
+	info, err := m.opts.Provider.Info(ctx, rec.SandboxID)
+	if err != nil || info.State.Terminal() {
+		return Sandbox{}, 0, false
+	}
+	recGen := rec.Generation
+	if info.State != StateRunning {
+		if err := m.opts.Provider.Resume(ctx, rec.SandboxID); err != nil {
+			return Sandbox{}, 0, false
+		}
+		if info.State == StateStopped {
+			recGen++
+		}
+		info.State = StateRunning
+	}
+	return info, recGen, true
 }
 
 // publish makes sb the workspace's sandbox unless the workspace changed
 // (reset, close, pause) since the transition started, in which case sb is
-// destroyed instead.
-func (m *Manager) publish(ws *workspace, f *flight, epoch uint64, sb Sandbox, gen int64, kind EventKind, lost *LostError) error {
+// destroyed instead when this transition made it (own).
+func (m *Manager) publish(ws *workspace, f *flight, epoch uint64, sb Sandbox, gen int64, kind EventKind, lost *LostError, own bool) error {
 	ctx, cancel := m.callCtx()
 	defer cancel()
 	ep, err := m.opts.Provider.Endpoint(ctx, sb.ID)
@@ -499,18 +568,22 @@ func (m *Manager) publish(ws *workspace, f *flight, epoch uint64, sb Sandbox, ge
 		if cli != nil {
 			cli.Close()
 		}
-		m.log.Info("discarding a sandbox made for a workspace that changed meanwhile", "key", ws.key, "sandbox", sb.ID)
-		m.killQuietly(sb.ID)
+		if own {
+			m.log.Info("discarding a sandbox made for a workspace that changed meanwhile", "key", ws.key, "sandbox", sb.ID)
+			m.killQuietly(sb.ID)
+		}
 		if lost != nil {
 			lost.ReplaceErr = errors.New("the workspace was reset, paused or closed while the replacement was being made")
 			return lost
 		}
-		return fmt.Errorf("workspace %q was reset or closed while its sandbox was being created; try again", ws.key)
+		return fmt.Errorf("workspace %q was reset or closed while its sandbox was being created: %w", ws.key, errSuperseded)
 	}
 	if err != nil {
 		ws.mu.Unlock()
-		m.killQuietly(sb.ID)
-		return fmt.Errorf("workspace %q: reaching new sandbox %s: %w", ws.key, sb.ID, err)
+		if own {
+			m.killQuietly(sb.ID)
+		}
+		return fmt.Errorf("workspace %q: reaching sandbox %s: %w", ws.key, sb.ID, err)
 	}
 	prev := ws.gen
 	if ws.cli != nil {
@@ -530,8 +603,9 @@ func (m *Manager) publish(ws *workspace, f *flight, epoch uint64, sb Sandbox, ge
 		ws.lastLoss = &cp
 	}
 	f.events = append(f.events, ev)
-	_ = m.putRecord(ws)
+	rec := m.record(ws)
 	ws.mu.Unlock()
+	m.save(rec)
 	m.log.Info("sandbox ready", "key", ws.key, "sandbox", sb.ID, "generation", gen, "event", kind.String(), "isolation", sb.Isolation)
 	if lost != nil {
 		return lost
@@ -552,6 +626,10 @@ func (m *Manager) killQuietly(id string) {
 // handles from before are refused.
 func (m *Manager) resume(ws *workspace, f *flight, epoch uint64) error {
 	ws.mu.Lock()
+	if ws.epoch != epoch || ws.sb == nil {
+		ws.mu.Unlock()
+		return fmt.Errorf("workspace %q changed while resuming: %w", ws.key, errSuperseded)
+	}
 	id, state, gen := ws.sb.ID, ws.state, ws.gen
 	ws.mu.Unlock()
 	ctx, cancel := m.callCtx()
@@ -567,7 +645,7 @@ func (m *Manager) resume(ws *workspace, f *flight, epoch uint64) error {
 	ws.mu.Lock()
 	if ws.epoch != epoch {
 		ws.mu.Unlock()
-		return fmt.Errorf("workspace %q changed while resuming; try again", ws.key)
+		return fmt.Errorf("workspace %q changed while resuming: %w", ws.key, errSuperseded)
 	}
 	ws.state = StateRunning
 	ev := Event{Kind: EventResumed, PrevGeneration: gen, Generation: gen, FilesKept: true}
@@ -576,14 +654,13 @@ func (m *Manager) resume(ws *workspace, f *flight, epoch uint64) error {
 		ev.Kind, ev.Generation = EventRestarted, ws.gen
 	}
 	f.events = append(f.events, ev)
-	needClient := ws.cli == nil || state == StateStopped
-	if !needClient {
-		_ = m.putRecord(ws)
-	}
-	ws.mu.Unlock()
-	if needClient {
+	if ws.cli == nil || state == StateStopped {
+		ws.mu.Unlock()
 		return m.connect(ws, epoch)
 	}
+	rec := m.record(ws)
+	ws.mu.Unlock()
+	m.save(rec)
 	return nil
 }
 
@@ -591,15 +668,17 @@ func (m *Manager) resume(ws *workspace, f *flight, epoch uint64) error {
 // it publishes a replacement (a restart of a stopped sandbox keeps its
 // files); the returned *LostError reports it either way.
 func (m *Manager) replaceLost(ws *workspace, f *flight, epoch uint64, gen int64, info Sandbox, cause error, notRun bool) error {
-	lost := &LostError{Key: ws.key, PrevGeneration: gen, State: info.State, Detail: info.Detail, NotRun: notRun, Cause: cause}
+	lost := &LostError{Key: ws.key, PrevGeneration: gen, State: info.State, Detail: info.Detail, NotRun: notRun, Cause: cause, endedAt: info.EndedAt}
 	if lost.Detail == "" {
 		lost.Detail = string(info.State)
 	}
 	m.log.Warn("sandbox lost", "key", ws.key, "sandbox", info.ID, "generation", gen, "state", info.State, "detail", lost.Detail)
 	if !m.opts.AutoRecreate {
 		ws.mu.Lock()
-		ws.loaded = true
-		ws.lost = lost
+		if ws.epoch == epoch {
+			ws.loaded = true
+			ws.lost = lost
+		}
 		ws.mu.Unlock()
 		return lost
 	}
@@ -611,7 +690,7 @@ func (m *Manager) replaceLost(ws *workspace, f *flight, epoch uint64, gen int64,
 		if err == nil {
 			lost.FilesKept = true
 			info.State = StateRunning
-			return m.publish(ws, f, epoch, info, gen+1, EventRecreated, lost)
+			return m.publish(ws, f, epoch, info, gen+1, EventRecreated, lost, true)
 		}
 		m.log.Warn("could not restart stopped sandbox; creating a new one", "sandbox", info.ID, "err", err)
 		m.killQuietly(info.ID)
@@ -624,8 +703,10 @@ func (m *Manager) replaceLost(ws *workspace, f *flight, epoch uint64, gen int64,
 // unchanged. An error that could mean a loss triggers one Info check; only a
 // gone or stopped state counts, and an inconclusive check returns err.
 // Concurrent failures of one generation share one check and one
-// replacement. The operation is never replayed.
-func (l *Lease) Check(err error) error {
+// replacement. The operation is never replayed. When ctx ends while the
+// check or a replacement is under way, Check returns err as it is (the
+// replacement still completes for the next operation).
+func (l *Lease) Check(ctx context.Context, err error) error {
 	if err == nil || !client.IsPossibleLoss(err) {
 		return err
 	}
@@ -635,27 +716,28 @@ func (l *Lease) Check(err error) error {
 		if ws.gen != l.Generation {
 			// Already replaced by someone else's check: same loss.
 			if ws.lastLoss != nil && ws.lastLoss.PrevGeneration == l.Generation {
-				le := *ws.lastLoss
-				le.Cause, le.NotRun = err, client.NotSent(err)
+				le := ws.lastLoss.forOperation(err, l.acquired)
 				ws.mu.Unlock()
-				return &le
+				return le
 			}
 			ws.mu.Unlock()
 			return err
 		}
 		if f := ws.flight; f != nil {
 			ws.mu.Unlock()
-			<-f.done
+			select {
+			case <-f.done:
+			case <-ctx.Done():
+				return err
+			}
 			continue
 		}
 		if ws.lost != nil && ws.lost.PrevGeneration == l.Generation {
-			le := *ws.lost
-			le.Cause, le.NotRun = err, client.NotSent(err)
+			le := ws.lost.forOperation(err, l.acquired)
 			ws.mu.Unlock()
-			return &le
+			return le
 		}
 		var result error
-		started := l.acquired
 		f := m.startFlight(ws, func(ws *workspace, f *flight, epoch uint64) error {
 			ctx, cancel := m.callCtx()
 			info, ierr := m.opts.Provider.Info(ctx, l.Sandbox.ID)
@@ -667,12 +749,16 @@ func (l *Lease) Check(err error) error {
 			if info.State != StateGone && info.State != StateStopped {
 				return nil
 			}
-			notRun := client.NotSent(err) || (!info.EndedAt.IsZero() && info.EndedAt.Before(started))
+			notRun := client.NotSent(err) || (!info.EndedAt.IsZero() && info.EndedAt.Before(l.acquired))
 			result = m.replaceLost(ws, f, epoch, l.Generation, info, err, notRun)
 			return nil
 		})
 		ws.mu.Unlock()
-		<-f.done
+		select {
+		case <-f.done:
+		case <-ctx.Done():
+			return err
+		}
 		if result != nil {
 			return result
 		}
@@ -718,8 +804,12 @@ func (m *Manager) idlePause(ws *workspace) {
 }
 
 // pause freezes the published sandbox.
-func (m *Manager) pause(ws *workspace, f *flight, _ uint64) error {
+func (m *Manager) pause(ws *workspace, f *flight, epoch uint64) error {
 	ws.mu.Lock()
+	if ws.epoch != epoch || ws.sb == nil {
+		ws.mu.Unlock()
+		return nil
+	}
 	id := ws.sb.ID
 	ws.mu.Unlock()
 	ctx, cancel := m.callCtx()
@@ -730,9 +820,16 @@ func (m *Manager) pause(ws *workspace, f *flight, _ uint64) error {
 	}
 	m.pauses.Add(1)
 	ws.mu.Lock()
+	if ws.epoch != epoch {
+		// Reset or closed meanwhile: the sandbox paused is no longer this
+		// workspace's.
+		ws.mu.Unlock()
+		return nil
+	}
 	ws.state = StatePaused
-	_ = m.putRecord(ws)
+	rec := m.record(ws)
 	ws.mu.Unlock()
+	m.save(rec)
 	m.log.Info("paused idle sandbox", "key", ws.key, "sandbox", id)
 	return nil
 }
@@ -789,8 +886,11 @@ func (m *Manager) Reset(ctx context.Context, key string, named bool) (int64, err
 	if err != nil {
 		return 0, err
 	}
+	// Any transition in flight now discards (and destroys) what it makes:
+	// every change a transition makes to the workspace is guarded by the
+	// epoch it started in.
 	ws.mu.Lock()
-	ws.epoch++ // any transition in flight now discards its result
+	ws.epoch++
 	loaded := ws.loaded
 	ws.loaded = true
 	old := ws.sb
@@ -822,10 +922,12 @@ func (m *Manager) Reset(ctx context.Context, key string, named bool) (int64, err
 			m.killQuietly(oldID)
 		}
 		ws.mu.Lock()
-		ws.sb, ws.state = nil, ""
-		if ws.cli != nil {
-			ws.cli.Close()
-			ws.cli = nil
+		if ws.epoch == epoch {
+			ws.sb, ws.state = nil, ""
+			if ws.cli != nil {
+				ws.cli.Close()
+				ws.cli = nil
+			}
 		}
 		ws.mu.Unlock()
 		return m.create(ws, f, epoch, gen+1, EventReset, nil)
@@ -858,10 +960,12 @@ func (m *Manager) Generation(key string) int64 {
 }
 
 // CheckHandle returns a *StaleError when a handle made under generation gen
-// is used after key's sandbox was replaced.
+// is used after key's sandbox was replaced (a later generation serves the
+// workspace now). A generation this process has not reached yet (say, a
+// handle from before a server restart) is for the caller to check against
+// its lease.
 func (m *Manager) CheckHandle(key, handle string, gen int64) error {
-	cur := m.Generation(key)
-	if cur != 0 && gen != cur {
+	if cur := m.Generation(key); gen < cur {
 		return &StaleError{Handle: handle, HandleGeneration: gen, Generation: cur}
 	}
 	return nil
@@ -1026,45 +1130,63 @@ func (m *Manager) Reap(ctx context.Context) int {
 		m.mu.Lock()
 		ws := m.workspaces[rec.Key]
 		m.mu.Unlock()
-		if ws != nil {
+		var err error
+		if ws == nil {
+			err = m.reap(rec)
+		} else {
+			// Reap as the workspace's transition, so an operation arriving
+			// meanwhile waits for it and then learns of the loss.
 			ws.mu.Lock()
-			busy := ws.active > 0 || ws.flight != nil || ws.state == StateRunning
-			if !busy {
-				ws.epoch++
-				ws.loaded = false // reload from the store: the loss is reported then
-				ws.sb, ws.state = nil, ""
-				if ws.cli != nil {
-					ws.cli.Close()
-					ws.cli = nil
-				}
-			}
-			ws.mu.Unlock()
-			if busy {
+			if ws.active > 0 || ws.flight != nil || ws.state == StateRunning {
+				ws.mu.Unlock()
 				continue
 			}
+			ws.epoch++
+			f := m.startFlight(ws, func(ws *workspace, _ *flight, epoch uint64) error {
+				err = m.reap(rec)
+				ws.mu.Lock()
+				if ws.epoch == epoch {
+					ws.loaded = false // reload from the store: the loss is reported then
+					ws.sb, ws.state = nil, ""
+					if ws.cli != nil {
+						ws.cli.Close()
+						ws.cli = nil
+					}
+				}
+				ws.mu.Unlock()
+				return nil // a failed reap is the reaper's to log, not the next caller's error
+			})
+			ws.mu.Unlock()
+			select {
+			case <-f.done:
+			case <-ctx.Done():
+				return n
+			}
 		}
-		kctx, cancel := m.callCtx()
-		err := m.opts.Provider.Kill(kctx, rec.SandboxID)
-		cancel()
 		if err != nil {
-			m.log.Warn("reaper could not kill sandbox", "sandbox", rec.SandboxID, "err", err)
+			m.log.Warn("reaper could not reap sandbox", "sandbox", rec.SandboxID, "err", err)
 			continue
-		}
-		rec.State = StateGone
-		rec.UpdatedAt = time.Now().UTC()
-		pctx, cancel := m.callCtx()
-		if rec.Named {
-			err = m.store.Put(pctx, rec)
-		} else {
-			err = m.store.Delete(pctx, rec.Key)
-		}
-		cancel()
-		if err != nil {
-			m.log.Warn("reaper could not update the store", "key", rec.Key, "err", err)
 		}
 		m.reaped.Add(1)
 		n++
 		m.log.Info("reaped sandbox paused longer than the TTL", "key", rec.Key, "sandbox", rec.SandboxID, "ttl", m.opts.PausedTTL)
 	}
 	return n
+}
+
+// reap kills a sandbox paused past the TTL and records it: a named
+// workspace keeps its record, marked gone, so its next call hears of the
+// loss; an anonymous one is forgotten.
+func (m *Manager) reap(rec Record) error {
+	ctx, cancel := m.callCtx()
+	defer cancel()
+	if err := m.opts.Provider.Kill(ctx, rec.SandboxID); err != nil {
+		return err
+	}
+	rec.State = StateGone
+	rec.UpdatedAt = time.Now().UTC()
+	if rec.Named {
+		return m.store.Put(ctx, rec)
+	}
+	return m.store.Delete(ctx, rec.Key)
 }

@@ -123,7 +123,7 @@ func TestLossWhileIdleIsNotRun(t *testing.T) {
 
 	l = acquire(t, m, "k")
 	_, err := l.Client.Run(t.Context(), sh(runs.script("true")), client.RunOptions{})
-	err = l.Check(err)
+	err = l.Check(context.Background(), err)
 	l.Release()
 	le, ok := manage.IsLost(err)
 	if !ok {
@@ -162,7 +162,7 @@ func TestLossMidOperationMayHavePartlyRun(t *testing.T) {
 	go func() {
 		// The command has surely run its side effect once it prints.
 		_, err := l.Client.Run(context.Background(), sh(runs.script("echo started; exec sleep 300")), client.RunOptions{Stdout: firstWrite(started)})
-		errc <- l.Check(err)
+		errc <- l.Check(context.Background(), err)
 	}()
 	<-started
 	if err := p.LoseDaemon(l.Sandbox.ID, false); err != nil {
@@ -200,7 +200,7 @@ func TestFiftyConcurrentFailuresOneReplacement(t *testing.T) {
 		wg.Go(func() {
 			defer l.Release()
 			_, err := l.Client.Run(context.Background(), sh("true"), client.RunOptions{})
-			errs[i] = l.Check(err)
+			errs[i] = l.Check(context.Background(), err)
 		})
 	}
 	wg.Wait()
@@ -228,7 +228,7 @@ func TestInconclusiveInfoReplacesNothing(t *testing.T) {
 	}
 	p.SetInfoError(errors.New("provider API unreachable"))
 	_, runErr := l.Client.Run(t.Context(), sh("true"), client.RunOptions{})
-	err := l.Check(runErr)
+	err := l.Check(context.Background(), runErr)
 	if _, lost := manage.IsLost(err); lost || err != runErr {
 		t.Fatalf("Check with an inconclusive Info = %v; want the original error %v", err, runErr)
 	}
@@ -252,7 +252,7 @@ func TestHangingProviderIsBounded(t *testing.T) {
 	_, runErr := l.Client.Run(t.Context(), sh("true"), client.RunOptions{})
 	// Check returns (the Info call is bounded by CallTimeout) with the
 	// original error; no replacement.
-	if err := l.Check(runErr); err != runErr {
+	if err := l.Check(context.Background(), runErr); err != runErr {
 		t.Fatalf("Check with a hanging Info = %v; want the original error", err)
 	}
 }
@@ -281,7 +281,7 @@ func TestResetDuringRecreationDiscardsReplacement(t *testing.T) {
 	waiting, release := p.BlockCreate()
 	_, runErr := l.Client.Run(t.Context(), sh("true"), client.RunOptions{})
 	checked := make(chan error, 1)
-	go func() { checked <- l.Check(runErr) }()
+	go func() { checked <- l.Check(context.Background(), runErr) }()
 	<-store.requested // the replacement's creation holds the lock…
 	<-waiting         // …and is inside the provider's Create
 
@@ -346,7 +346,7 @@ func TestStoppedSandboxRestartsWithFilesKept(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err := l.Client.Stat(t.Context(), "keep.txt")
-	err = l.Check(err)
+	err = l.Check(context.Background(), err)
 	l.Release()
 	le, ok := manage.IsLost(err)
 	if !ok || !le.FilesKept || !le.Replaced || le.Generation != 2 {
@@ -367,7 +367,7 @@ func TestAutoRecreateOff(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err := l.Client.Run(t.Context(), sh("true"), client.RunOptions{})
-	err = l.Check(err)
+	err = l.Check(context.Background(), err)
 	l.Release()
 	if le, ok := manage.IsLost(err); !ok || le.Replaced {
 		t.Fatalf("loss with auto-recreate off = %v; want lost, not replaced", err)
@@ -531,5 +531,200 @@ func TestResetOfARecordedWorkspace(t *testing.T) {
 	}
 	if info, _ := p.Info(t.Context(), old); info.State != manage.StateGone {
 		t.Fatalf("the recorded sandbox %s is %s after reset, want gone", old, info.State)
+	}
+}
+
+// hookProvider wraps a provider to inject faults into single calls.
+type hookProvider struct {
+	manage.Provider
+	mu       sync.Mutex
+	endpoint func() error // called before Endpoint; an error fails it
+	info     func(ctx context.Context) error
+	create   func() error
+}
+
+func (h *hookProvider) hook(get func(*hookProvider) func() error) error {
+	h.mu.Lock()
+	f := get(h)
+	h.mu.Unlock()
+	if f == nil {
+		return nil
+	}
+	return f()
+}
+
+func (h *hookProvider) Endpoint(ctx context.Context, id string) (manage.Endpoint, error) {
+	if err := h.hook(func(h *hookProvider) func() error { return h.endpoint }); err != nil {
+		return manage.Endpoint{}, err
+	}
+	return h.Provider.Endpoint(ctx, id)
+}
+
+func (h *hookProvider) Info(ctx context.Context, id string) (manage.Sandbox, error) {
+	h.mu.Lock()
+	f := h.info
+	h.mu.Unlock()
+	if f != nil {
+		if err := f(ctx); err != nil {
+			return manage.Sandbox{}, err
+		}
+	}
+	return h.Provider.Info(ctx, id)
+}
+
+func (h *hookProvider) Create(ctx context.Context, cfg manage.SandboxConfig) (manage.Sandbox, error) {
+	if err := h.hook(func(h *hookProvider) func() error { return h.create }); err != nil {
+		return manage.Sandbox{}, err
+	}
+	return h.Provider.Create(ctx, cfg)
+}
+
+// A recorded sandbox that could not be reached once (Endpoint failed) is
+// reached on the next call: a lease never comes without a client.
+func TestLeaseAlwaysHasAClient(t *testing.T) {
+	p := managetest.New(t)
+	store := manage.NewMemoryStore()
+	m1 := newManager(t, p, func(o *manage.Options) { o.Store = store })
+	acquire(t, m1, "k").Release()
+
+	hp := &hookProvider{Provider: p}
+	m2 := newManager(t, hp, func(o *manage.Options) { o.Store = store })
+	// Armed once m2 exists, so only the Acquire below meets the failure.
+	var once sync.Once
+	hp.mu.Lock()
+	hp.endpoint = func() error {
+		var err error
+		once.Do(func() { err = errors.New("provider API hiccup") })
+		return err
+	}
+	hp.mu.Unlock()
+	if _, err := m2.Acquire(t.Context(), "k", false); err == nil {
+		t.Fatal("the first Acquire succeeded although the endpoint failed")
+	}
+	l := acquire(t, m2, "k")
+	defer l.Release()
+	if l.Client == nil {
+		t.Fatal("lease without a client")
+	}
+	if res, err := l.Client.Run(t.Context(), sh("true"), client.RunOptions{}); err != nil || res.ExitCode != 0 {
+		t.Fatal(res, err)
+	}
+	if n := p.Creates.Load(); n != 1 {
+		t.Fatalf("%d creations; the recorded sandbox should have been reattached", n)
+	}
+}
+
+// Two servers sharing a store (Claude Desktop and an IDE on one state
+// directory) never make two sandboxes for one workspace.
+func TestSharedStoreOneSandboxPerKey(t *testing.T) {
+	for range 5 {
+		p := managetest.New(t)
+		store := manage.NewMemoryStore()
+		ms := []*manage.Manager{
+			newManager(t, p, func(o *manage.Options) { o.Store = store }),
+			newManager(t, p, func(o *manage.Options) { o.Store = store }),
+		}
+		ids := make(chan string, 8)
+		var wg sync.WaitGroup
+		for i := range 8 {
+			m := ms[i%2]
+			wg.Go(func() {
+				l, err := m.Acquire(context.Background(), "stdio:proj", true)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				ids <- l.Sandbox.ID
+				l.Release()
+			})
+		}
+		wg.Wait()
+		close(ids)
+		seen := map[string]bool{}
+		for id := range ids {
+			seen[id] = true
+		}
+		if len(seen) != 1 || p.Creates.Load() != 1 {
+			t.Fatalf("two managers on one store made %d sandboxes (%v) for one key", p.Creates.Load(), seen)
+		}
+	}
+}
+
+// A loss check that finishes after a Reset published its sandbox must not
+// undo the Reset, even when its own replacement fails: the Reset's sandbox
+// stays the workspace's, and nothing is orphaned.
+func TestLateLossCheckCannotUndoReset(t *testing.T) {
+	p := managetest.New(t)
+	hp := &hookProvider{Provider: p}
+	m := newManager(t, hp, nil)
+	l := acquire(t, m, "k")
+	if err := p.LoseDaemon(l.Sandbox.ID, false); err != nil {
+		t.Fatal(err)
+	}
+	entered, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	hp.mu.Lock()
+	hp.info = func(ctx context.Context) error {
+		once.Do(func() {
+			close(entered)
+			<-release
+		})
+		return nil
+	}
+	hp.mu.Unlock()
+	_, runErr := l.Client.Run(t.Context(), sh("true"), client.RunOptions{})
+	checked := make(chan error, 1)
+	go func() { checked <- l.Check(context.Background(), runErr) }()
+	<-entered // the loss check waits in Info
+
+	gen, err := m.Reset(t.Context(), "k", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hp.mu.Lock()
+	hp.create = func() error { return errors.New("no capacity") }
+	hp.mu.Unlock()
+	close(release)
+	err = <-checked
+	l.Release()
+	if le, ok := manage.IsLost(err); !ok || le.Replaced {
+		t.Fatalf("late loss check = %v; want lost, not replaced", err)
+	}
+	hp.mu.Lock()
+	hp.create = nil
+	hp.mu.Unlock()
+	l2 := acquire(t, m, "k")
+	defer l2.Release()
+	live := p.Live()
+	if l2.Generation != gen || len(live) != 1 || live[0] != l2.Sandbox.ID {
+		t.Fatalf("after reset then a late failed replacement: generation %d (reset made %d), live %v, lease on %s", l2.Generation, gen, live, l2.Sandbox.ID)
+	}
+}
+
+// A loss check whose caller gave up returns at once with the original
+// error; the replacement it started still completes for the next call.
+func TestCheckEndsWithItsContext(t *testing.T) {
+	p := managetest.New(t)
+	m := newManager(t, p, nil)
+	l := acquire(t, m, "k")
+	if err := p.LoseDaemon(l.Sandbox.ID, false); err != nil {
+		t.Fatal(err)
+	}
+	waiting, release := p.BlockCreate()
+	_, runErr := l.Client.Run(t.Context(), sh("true"), client.RunOptions{})
+	ctx, cancel := context.WithCancel(t.Context())
+	checked := make(chan error, 1)
+	go func() { checked <- l.Check(ctx, runErr) }()
+	<-waiting // the replacement is being created
+	cancel()
+	if err := <-checked; err != runErr {
+		t.Fatalf("Check after its context ended = %v; want the original error", err)
+	}
+	l.Release()
+	release()
+	l = acquire(t, m, "k")
+	defer l.Release()
+	if l.Generation != 2 {
+		t.Fatalf("the replacement was not published: generation %d", l.Generation)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 )
@@ -85,7 +86,7 @@ func (s *MemoryStore) List(context.Context) ([]Record, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	out := slices.Collect(maps.Values(s.recs))
-	slices.SortFunc(out, func(a, b Record) int { return compareStrings(a.Key, b.Key) })
+	slices.SortFunc(out, func(a, b Record) int { return strings.Compare(a.Key, b.Key) })
 	return out, nil
 }
 
@@ -119,13 +120,3 @@ func (s *MemoryStore) Lock(ctx context.Context, key string) (func(), error) {
 
 // Close implements Store.
 func (s *MemoryStore) Close() error { return nil }
-
-func compareStrings(a, b string) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
-}

@@ -31,8 +31,10 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 	berrors "go.etcd.io/bbolt/errors"
+	"golang.org/x/sys/unix"
 
 	"github.com/sandbox-mcp/sandbox-mcp/manage"
+	"github.com/sandbox-mcp/sandbox-mcp/manage/filelock"
 )
 
 // FileName is the database file's name inside the state directory.
@@ -247,39 +249,20 @@ func (s *Store) List(context.Context) ([]manage.Record, error) {
 }
 
 // Lock implements manage.Store with an flock(2) on a per-key file, which
-// also excludes other processes using the same state directory.
+// also excludes other processes using the same state directory. A wait that
+// ctx ends leaves nothing behind (see filelock).
 func (s *Store) Lock(ctx context.Context, key string) (func(), error) {
 	sum := sha256.Sum256([]byte(key))
 	path := filepath.Join(s.lockDir, hex.EncodeToString(sum[:12])+".lock")
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o600)
+	f, err := filelock.Lock(ctx, path, unix.LOCK_EX)
 	if err != nil {
+		if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+			return nil, err
+		}
 		return nil, fmt.Errorf("lock for workspace %q: %w", key, err)
 	}
-	got := make(chan error, 1)
-	go func() { got <- syscall.Flock(int(f.Fd()), syscall.LOCK_EX) }()
-	select {
-	case err := <-got:
-		if err != nil {
-			f.Close()
-			return nil, fmt.Errorf("lock for workspace %q: %w", key, err)
-		}
-	case <-ctx.Done():
-		// The flock may still be granted later; release it then.
-		go func() {
-			if <-got == nil {
-				_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
-			}
-			f.Close()
-		}()
-		return nil, ctx.Err()
-	}
 	var once sync.Once
-	return func() {
-		once.Do(func() {
-			_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
-			f.Close()
-		})
-	}, nil
+	return func() { once.Do(func() { _ = filelock.Unlock(f) }) }, nil
 }
 
 // Close implements manage.Store. Operations after Close fail.

@@ -3,6 +3,7 @@ package boltstore
 import (
 	"bytes"
 	"context"
+	"errors"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -126,45 +127,102 @@ func TestStateDirNotWritable(t *testing.T) {
 }
 
 func TestLockExcludes(t *testing.T) {
-	ctx := context.Background()
-	s, err := Open(t.TempDir(), Options{})
+	ctx := t.Context()
+	dir := t.TempDir()
+	s, err := Open(dir, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer s.Close()
+	// Another Store on the same directory stands for another process.
+	other, err := Open(dir, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+
 	unlock, err := s.Lock(ctx, "k")
 	if err != nil {
 		t.Fatal(err)
 	}
-	// A second locker waits; with a cancelled context it gives up.
-	cctx, cancel := context.WithCancel(ctx)
-	cancel()
-	if _, err := s.Lock(cctx, "k"); err == nil {
-		t.Fatal("second Lock with a cancelled context succeeded while held")
-	}
-	var wg sync.WaitGroup
-	acquired := make(chan struct{})
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		u2, err := s.Lock(ctx, "k")
-		if err != nil {
-			t.Error(err)
-			return
+	// While it is held, a second locker waits until its context ends: in this
+	// store and in the other one.
+	for name, st := range map[string]*Store{"same store": s, "other store": other} {
+		cctx, cancel := context.WithCancel(ctx)
+		cancel()
+		if u, err := st.Lock(cctx, "k"); !errors.Is(err, context.Canceled) {
+			if u != nil {
+				u()
+			}
+			t.Fatalf("%s: Lock with a cancelled context while held = %v; want context.Canceled", name, err)
 		}
-		close(acquired)
-		u2()
-	}()
-	select {
-	case <-acquired:
-		t.Fatal("second Lock acquired while the first was held")
-	default:
+		tctx, tcancel := context.WithTimeout(ctx, 50*time.Millisecond)
+		u, err := st.Lock(tctx, "k")
+		tcancel()
+		if !errors.Is(err, context.DeadlineExceeded) {
+			if u != nil {
+				u()
+			}
+			t.Fatalf("%s: Lock with a short deadline while held = %v; want context.DeadlineExceeded", name, err)
+		}
 	}
-	unlock()
-	wg.Wait()
 	// Another key is independent.
-	u3, err := s.Lock(ctx, "other")
+	u3, err := other.Lock(ctx, "other")
 	if err != nil {
 		t.Fatal(err)
 	}
 	u3()
+
+	// A waiting locker (in the other store) acquires once the holder
+	// unlocks, and not before.
+	var mu sync.Mutex
+	var order []string
+	note := func(s string) {
+		mu.Lock()
+		order = append(order, s)
+		mu.Unlock()
+	}
+	acquired := make(chan func(), 1)
+	errc := make(chan error, 1)
+	go func() {
+		u, err := other.Lock(ctx, "k")
+		if err != nil {
+			errc <- err
+			return
+		}
+		note("acquired")
+		acquired <- u
+	}()
+	note("unlocked")
+	unlock()
+	select {
+	case u := <-acquired:
+		// The first holder may not lock again until the waiter lets go.
+		tctx, tcancel := context.WithTimeout(ctx, 50*time.Millisecond)
+		if u2, err := s.Lock(tctx, "k"); !errors.Is(err, context.DeadlineExceeded) {
+			if u2 != nil {
+				u2()
+			}
+			t.Errorf("Lock while the other store holds it = %v; want context.DeadlineExceeded", err)
+		}
+		tcancel()
+		u()
+	case err := <-errc:
+		t.Fatal(err)
+	case <-time.After(20 * time.Second):
+		t.Fatal("the waiting locker did not acquire after unlock")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if strings.Join(order, ",") != "unlocked,acquired" {
+		t.Fatalf("order = %v; the waiter acquired while the lock was held", order)
+	}
+	// Unlocked everywhere: either store takes it at once.
+	for _, st := range []*Store{s, other} {
+		u, err := st.Lock(ctx, "k")
+		if err != nil {
+			t.Fatal(err)
+		}
+		u()
+	}
 }

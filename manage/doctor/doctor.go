@@ -9,10 +9,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"os"
-	"path/filepath"
 	"runtime"
 	"slices"
 	"strings"
@@ -49,11 +49,6 @@ type Config struct {
 	ArtifactsDir string
 	Version      string // sandbox-mcp's version
 	EnvdVersion  string
-	// DockerHost overrides DOCKER_HOST (default unix:///var/run/docker.sock).
-	DockerHost string
-	// E2BAPIURL overrides the E2B API address (default https://api.e2b.app,
-	// or E2B_API_URL / E2B_DOMAIN).
-	E2BAPIURL string
 }
 
 // Report is every check, in order.
@@ -115,10 +110,16 @@ func writable(name, dir, flag string) Check {
 
 // localChecks probes bubblewrap, user namespaces and cgroups.
 func localChecks(ctx context.Context, cfg Config) []Check {
-	relevant := cfg.Provider == "" || cfg.Provider == "local"
 	pctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
-	caps := local.Probe(pctx, local.Config{StateDir: cfg.StateDir, Isolation: cfg.Isolation})
+	return localVerdicts(cfg, local.Probe(pctx, local.Config{StateDir: cfg.StateDir, Isolation: cfg.Isolation}))
+}
+
+// localVerdicts judges what the probe found. A problem of the local provider
+// is a warning (or a failure, for --isolation bwrap without bwrap) only when
+// the local provider is the one configured; for another it is skipped.
+func localVerdicts(cfg Config, caps local.Capabilities) []Check {
+	relevant := cfg.Provider == "" || cfg.Provider == "local"
 	var out []Check
 	iso := Check{Name: "isolation (bubblewrap)"}
 	switch {
@@ -166,34 +167,32 @@ func localChecks(ctx context.Context, cfg Config) []Check {
 		cg.Detail = "no cgroup for sandboxes: " + caps.CgroupError + "; memory/cpu/pids limits do not apply and pause uses SIGSTOP"
 		cg.Fix = "run the server as root, or with a delegated cgroup v2 subtree (systemd-run --user --scope -p Delegate=yes sandbox-mcp serve)"
 	} else {
-		var have []string
-		for name, ok := range map[string]bool{"memory": caps.MemoryLimit, "pids": caps.PidsLimit, "cpu": caps.CPULimit, "freezer": caps.Freezer} {
-			if ok {
-				have = append(have, name)
-			}
-		}
+		have := map[string]bool{"memory": caps.MemoryLimit, "pids": caps.PidsLimit, "cpu": caps.CPULimit, "freezer": caps.Freezer}
+		maps.DeleteFunc(have, func(_ string, ok bool) bool { return !ok })
 		cg.Status = OK
-		cg.Detail = fmt.Sprintf("cgroup v%d with %s", caps.CgroupVersion, strings.Join(sorted(have), ", "))
+		cg.Detail = fmt.Sprintf("cgroup v%d with %s", caps.CgroupVersion, strings.Join(slices.Sorted(maps.Keys(have)), ", "))
 		if !caps.Freezer {
 			cg.Status, cg.Detail = Warn, cg.Detail+"; no freezer, so pause uses SIGSTOP"
+			cg.Fix = "use the unified cgroup v2 hierarchy (Linux 5.2+; boot with systemd.unified_cgroup_hierarchy=1), or mount the cgroup v1 freezer controller"
 		}
 	}
 	out = append(out, cg)
+	if !relevant {
+		// What the local provider lacks does not matter to another.
+		for i := range out {
+			if out[i].Status != OK {
+				out[i].Status = Skip
+				out[i].Detail += "; needed only for --provider local"
+			}
+		}
+	}
 	return out
-}
-
-func sorted(s []string) []string {
-	slices.Sort(s)
-	return s
 }
 
 // dockerCheck pings the Docker engine.
 func dockerCheck(ctx context.Context, cfg Config) Check {
 	c := Check{Name: "docker engine"}
-	host := cfg.DockerHost
-	if host == "" {
-		host = os.Getenv("DOCKER_HOST")
-	}
+	host := os.Getenv("DOCKER_HOST")
 	if host == "" {
 		host = "unix:///var/run/docker.sock"
 	}
@@ -247,10 +246,7 @@ func e2bCheck(ctx context.Context, cfg Config) Check {
 		}
 		return c
 	}
-	base := cfg.E2BAPIURL
-	if base == "" {
-		base = os.Getenv("E2B_API_URL")
-	}
+	base := os.Getenv("E2B_API_URL")
 	if base == "" {
 		domain := os.Getenv("E2B_DOMAIN")
 		if domain == "" {
@@ -313,6 +309,3 @@ func (r Report) WriteJSON(w io.Writer) error {
 		Report
 	}{r.OK(), r})
 }
-
-// DefaultArtifactsDir is where the artifact store lives under a state dir.
-func DefaultArtifactsDir(stateDir string) string { return filepath.Join(stateDir, "artifacts") }

@@ -3,29 +3,14 @@ package local
 import (
 	"context"
 	"os/exec"
-	"slices"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/sandbox-mcp/sandbox-mcp/envd/client"
+	"github.com/sandbox-mcp/sandbox-mcp/envd/envdtest"
 	"github.com/sandbox-mcp/sandbox-mcp/manage"
 )
-
-// reportMedian adds the median of samples as a metric: on a noisy machine it
-// says more than the mean in ns/op.
-func reportMedian(b *testing.B, samples []time.Duration) {
-	reportMedianAs(b, samples, "ms-median")
-}
-
-// reportMedianAs reports the median of samples in milliseconds as unit.
-func reportMedianAs(b *testing.B, samples []time.Duration, unit string) {
-	if len(samples) == 0 {
-		return
-	}
-	slices.Sort(samples)
-	b.ReportMetric(float64(samples[len(samples)/2].Microseconds())/1000, unit)
-}
 
 // BenchmarkCreateToFirstRun measures a cold Create and the first Run of
 // `true` through the envd client: what a first tool call waits for. Kill is
@@ -69,10 +54,10 @@ func BenchmarkCreateToFirstRun(b *testing.B) {
 				}
 				b.StartTimer()
 			}
-			reportMedian(b, samples)
+			envdtest.ReportPercentiles(b, samples)
 			// The parts: Create alone, then client and first Run.
-			reportMedianAs(b, creates, "ms-create")
-			reportMedianAs(b, runs, "ms-run")
+			envdtest.ReportPercentilesOf(b, "create", creates)
+			envdtest.ReportPercentilesOf(b, "run", runs)
 		})
 	}
 }
@@ -104,7 +89,7 @@ func BenchmarkPauseResume(b *testing.B) {
 				}
 				samples = append(samples, time.Since(start))
 			}
-			reportMedian(b, samples)
+			envdtest.ReportPercentiles(b, samples)
 		})
 	}
 }
@@ -133,7 +118,7 @@ func BenchmarkBwrapTrue(b *testing.B) {
 		}
 		samples = append(samples, time.Since(start))
 	}
-	reportMedian(b, samples)
+	envdtest.ReportPercentiles(b, samples)
 }
 
 // BenchmarkExecTrue is the baseline of starting any process: os/exec of
@@ -151,5 +136,5 @@ func BenchmarkExecTrue(b *testing.B) {
 		}
 		samples = append(samples, time.Since(start))
 	}
-	reportMedian(b, samples)
+	envdtest.ReportPercentiles(b, samples)
 }

@@ -419,27 +419,12 @@ func (c *cgroup) setFrozen(ctx context.Context, frozen bool) error {
 			return strings.TrimSpace(string(data)) == request, nil
 		}
 	}
-	wait := 20 * time.Microsecond
-	for {
+	return poll(ctx, 20*time.Microsecond, 5*time.Millisecond, func() (bool, error) {
 		if err := writeFile(file, request); err != nil {
-			return fmt.Errorf("write %s to %s: %w", request, file, err)
+			return false, fmt.Errorf("write %s to %s: %w", request, file, err)
 		}
-		done, err := check()
-		if err != nil {
-			return err
-		}
-		if done {
-			return nil
-		}
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return ctx.Err()
-		case <-t.C:
-		}
-		wait = min(wait*2, 5*time.Millisecond)
-	}
+		return check()
+	})
 }
 
 // kill ends every process in the cgroup. v2 has cgroup.kill (Linux 5.14);
@@ -479,9 +464,9 @@ func (c *cgroup) remove(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	killed := false
-	wait := 50 * time.Microsecond
-	for {
-		var busy []string
+	var busy []string
+	err := poll(ctx, 50*time.Microsecond, 20*time.Millisecond, func() (bool, error) {
+		busy = busy[:0]
 		var errs []error
 		for _, d := range c.dirs {
 			err := syscall.Rmdir(d)
@@ -494,21 +479,18 @@ func (c *cgroup) remove(ctx context.Context) error {
 			}
 		}
 		if len(busy) == 0 {
-			return errors.Join(errs...)
+			return true, errors.Join(errs...)
 		}
 		if !killed {
 			c.kill()
 			killed = true
 		}
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return fmt.Errorf("remove cgroup %s: still busy: %w", strings.Join(busy, ", "), ctx.Err())
-		case <-t.C:
-		}
-		wait = min(wait*2, 20*time.Millisecond)
+		return false, nil
+	})
+	if err != nil && len(busy) > 0 {
+		return fmt.Errorf("remove cgroup %s: still busy: %w", strings.Join(busy, ", "), err)
 	}
+	return err
 }
 
 // writeFile writes value to an existing file (a cgroup or proc knob) with a

@@ -278,12 +278,23 @@ func (p *Provider) sandboxCgroup(ctx context.Context, id string, spec sandboxSpe
 	if p.cgroups == nil {
 		return nil, nil
 	}
-	if old := p.cgroups.open(id); old.exists() {
-		if err := old.remove(ctx); err != nil {
-			return nil, err
-		}
+	if err := p.removeStaleCgroup(ctx, id); err != nil {
+		return nil, err
 	}
 	return p.cgroups.create(id, cgroupLimits{memoryBytes: spec.memory, cpus: spec.cpus, pids: spec.pids})
+}
+
+// removeStaleCgroup removes sandbox id's cgroup if there is one, killing
+// whatever is left in it. The caller makes sure no daemon of the sandbox runs
+// (it holds the owner lock, or the sandbox is gone).
+func (p *Provider) removeStaleCgroup(ctx context.Context, id string) error {
+	if p.cgroups == nil {
+		return nil
+	}
+	if cg := p.cgroups.open(id); cg.exists() {
+		return cg.remove(ctx)
+	}
+	return nil
 }
 
 // processGone reports whether err means the process operated on no longer
@@ -348,23 +359,34 @@ func (p *Provider) stopDaemon(ctx context.Context, d *daemon, reason ...string) 
 	if len(reason) > 0 {
 		d.stopReason.CompareAndSwap(nil, &reason[0])
 	}
-	if d.cg != nil {
-		d.cg.kill()
-	} else if d.isolation != IsolationBwrap {
-		// envd starts commands in process groups of their own.
-		killTree(d.pid)
-	}
-	// bwrap's sandbox dies with it: its pid 1 has bwrap as parent-death
-	// signal source, and the pid namespace ends with its pid 1.
-	_ = syscall.Kill(d.pid, syscall.SIGKILL)
-	if d.isolation != IsolationBwrap {
-		_ = syscall.Kill(-d.pid, syscall.SIGKILL)
-	}
+	killProcs(d.cg, d.pid, d.isolation)
 	select {
 	case <-d.done:
 		return nil
 	case <-ctx.Done():
 		return ctxError("stop sandbox daemon", ctx.Err())
+	}
+}
+
+// killProcs kills the processes of a sandbox daemon: everything in its
+// cgroup cg, or without one the process tree at pid (unless under bwrap, see
+// below); then pid itself, the outermost process, and without bwrap its
+// process group. pid 0 means unknown.
+func killProcs(cg *cgroup, pid int, isolation string) {
+	if cg != nil {
+		cg.kill()
+	} else if isolation != IsolationBwrap && pid > 0 {
+		// envd starts commands in process groups of their own.
+		killTree(pid)
+	}
+	if pid <= 0 {
+		return
+	}
+	// bwrap's sandbox dies with it: its pid 1 has bwrap as parent-death
+	// signal source, and the pid namespace ends with its pid 1.
+	_ = syscall.Kill(pid, syscall.SIGKILL)
+	if isolation != IsolationBwrap {
+		_ = syscall.Kill(-pid, syscall.SIGKILL)
 	}
 }
 

@@ -101,7 +101,7 @@ func TestBwrapIsolation(t *testing.T) {
 		shOK(t, ca, "echo from-a > /workspace/a.txt && echo from-a > /tmp/a.txt")
 		shFails(t, cb, "cat /workspace/a.txt")
 		shFails(t, cb, "cat /tmp/a.txt")
-		shFails(t, cb, "ls "+p.Dir(a.ID))
+		shFails(t, cb, "ls "+p.dir(a.ID))
 		if got := shOK(t, cb, "ls -A /workspace /tmp | tr '\\n' ' '"); strings.Contains(got, "a.txt") {
 			t.Errorf("sandbox b sees a's files: %q", got)
 		}
@@ -173,7 +173,7 @@ func TestNoIsolation(t *testing.T) {
 		t.Errorf("New logged no warning about the missing isolation:\n%s", logs)
 	}
 	sb := create(t, p, manage.SandboxConfig{Env: map[string]string{"GREETING": "hi"}})
-	ws := filepath.Join(p.Dir(sb.ID), "workspace")
+	ws := filepath.Join(p.dir(sb.ID), "workspace")
 	if sb.Isolation != "none" || sb.Workdir != ws || len(sb.Warnings) == 0 || !strings.Contains(sb.Warnings[0], "NOT isolated") {
 		t.Errorf("Create = %+v; want isolation none, workdir %s and a warning", sb, ws)
 	}
@@ -182,7 +182,7 @@ func TestNoIsolation(t *testing.T) {
 		t.Errorf("Info = %+v, %v; want running with the warning", info, err)
 	}
 	c := connectTo(t, p, sb.ID)
-	if got := shOK(t, c, `echo "$(pwd) $HOME $TMPDIR $LANG $GREETING"`); got != fmt.Sprintf("%s %s %s C.UTF-8 hi", ws, ws, filepath.Join(p.Dir(sb.ID), "tmp")) {
+	if got := shOK(t, c, `echo "$(pwd) $HOME $TMPDIR $LANG $GREETING"`); got != fmt.Sprintf("%s %s %s C.UTF-8 hi", ws, ws, filepath.Join(p.dir(sb.ID), "tmp")) {
 		t.Errorf("cwd and environment: %q", got)
 	}
 	// --confine: the file API refuses paths outside the workspace.
@@ -431,7 +431,7 @@ func TestUnreachableBinaryIsCopied(t *testing.T) {
 	if got := shOK(t, c, "id -u; echo x > owned"); got != "1000" {
 		t.Errorf("uid inside: %q", got)
 	}
-	if fi, err := os.Stat(filepath.Join(p.Dir(sb.ID), "workspace", "owned")); err != nil || ownerUID(fi) != defaultHostID {
+	if fi, err := os.Stat(filepath.Join(p.dir(sb.ID), "workspace", "owned")); err != nil || ownerUID(fi) != defaultHostID {
 		t.Errorf("a file the sandbox made: %v, owner %d; want owner %d", err, ownerUID(fi), defaultHostID)
 	}
 

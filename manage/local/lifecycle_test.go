@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"golang.org/x/sys/unix"
 
 	"github.com/sandbox-mcp/sandbox-mcp/envd/client"
 	"github.com/sandbox-mcp/sandbox-mcp/manage"
@@ -34,7 +36,7 @@ func TestCreateRunKill(t *testing.T) {
 		t.Errorf("identity and environment: %q", got)
 	}
 	shOK(t, c, "echo data > /workspace/file && echo tmp > /tmp/file")
-	dir := p.Dir(sb.ID)
+	dir := p.dir(sb.ID)
 	if data, err := os.ReadFile(filepath.Join(dir, "workspace", "file")); err != nil || string(data) != "data\n" {
 		t.Errorf("workspace file on the host: %q, %v", data, err)
 	}
@@ -117,7 +119,7 @@ func TestInfoDirectoryRemoved(t *testing.T) {
 	sb := create(t, p, manage.SandboxConfig{})
 	_, all := sandboxPids(t, p, sb.ID)
 	procs := snapshot(all)
-	if err := os.RemoveAll(p.Dir(sb.ID)); err != nil {
+	if err := os.RemoveAll(p.dir(sb.ID)); err != nil {
 		t.Fatal(err)
 	}
 	info, err := p.Info(testCtx(t), sb.ID)
@@ -245,16 +247,6 @@ func testPauseResume(t *testing.T, p *Provider, checkPaused func(t *testing.T, i
 	waitDone(t, p, sb.ID)
 }
 
-// daemonOf returns the current daemon of sandbox id.
-func (p *Provider) daemonOf(id string) *daemon {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if e, ok := p.entries[id]; ok {
-		return e.d
-	}
-	return nil
-}
-
 func TestStoppedSandboxResumes(t *testing.T) {
 	needBinary(t)
 	stateDir := newStateDir(t)
@@ -317,25 +309,19 @@ func TestLimits(t *testing.T) {
 		}
 		checkCgroupLimits(t, p, sb.ID, lim)
 
+		// The defaults: 4096 processes, 65536 files, half the RAM, capped
+		// at the server's own hard limits when it may not raise them.
 		def := create(t, p, manage.SandboxConfig{})
-		// The defaults, capped at the server's own hard limits when it may
-		// not raise them.
-		want, err := p.spec(manage.SandboxConfig{})
-		if err != nil {
-			t.Fatal(err)
+		nofile, pids := capped(t, 65536, unix.RLIMIT_NOFILE), capped(t, 4096, unix.RLIMIT_NPROC)
+		if got := shOK(t, connectTo(t, p, def.ID), "ulimit -n; ulimit -p"); got != fmt.Sprintf("%d\n%d", nofile, pids) {
+			t.Errorf("default ulimit -n, -p: %q, want %d %d", got, nofile, pids)
 		}
-		if got := shOK(t, connectTo(t, p, def.ID), "ulimit -n; ulimit -p"); got != fmt.Sprintf("%d\n%d", want.nofile, want.pids) {
-			t.Errorf("default ulimit -n, -p: %q, want %d %d", got, want.nofile, want.pids)
-		}
-		checkCgroupLimits(t, p, def.ID, manage.Limits{MemoryBytes: want.memory, Pids: want.pids})
+		checkCgroupLimits(t, p, def.ID, manage.Limits{MemoryBytes: halfRAM(t), Pids: int64(pids)})
 	})
 	t.Run("bwrap as the server's uid", func(t *testing.T) {
 		// HostUID -1: no unprivileged host user, so rlimits are set with
 		// prlimit(2) on the sandbox's first process (same uid).
 		p := needBwrap(t, Config{HostUID: -1, HostGID: -1})
-		if !p.prlimit {
-			t.Fatal("rlimits not set with prlimit")
-		}
 		sb := create(t, p, manage.SandboxConfig{Limits: lim})
 		if got := shOK(t, connectTo(t, p, sb.ID), "ulimit -n; ulimit -Hn; ulimit -p"); got != "1234\n1234\n200" {
 			t.Errorf("ulimit -n, -Hn, -p inside: %q, want 1234 1234 200", got)
@@ -350,6 +336,41 @@ func TestLimits(t *testing.T) {
 		}
 		checkCgroupLimits(t, p, sb.ID, lim)
 	})
+}
+
+// capped is def, or the server's hard limit of resource when that is lower
+// and the server may not raise it.
+func capped(t *testing.T, def uint64, resource int) uint64 {
+	t.Helper()
+	if hasCapability(unix.CAP_SYS_RESOURCE) {
+		return def
+	}
+	var lim unix.Rlimit
+	if err := unix.Getrlimit(resource, &lim); err != nil {
+		t.Fatal(err)
+	}
+	return min(def, lim.Max)
+}
+
+// halfRAM is half of MemTotal in /proc/meminfo, rounded down to pages.
+func halfRAM(t *testing.T) int64 {
+	t.Helper()
+	data, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if rest, ok := strings.CutPrefix(line, "MemTotal:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
+			if err != nil {
+				t.Fatalf("MemTotal: %q: %v", rest, err)
+			}
+			page := int64(os.Getpagesize())
+			return kb * 1024 / 2 / page * page
+		}
+	}
+	t.Fatal("no MemTotal in /proc/meminfo")
+	return 0
 }
 
 // checkCgroupLimits reads back the limits in the sandbox's cgroup.
@@ -625,5 +646,97 @@ func TestNewRemovesUnfinishedCreates(t *testing.T) {
 	}
 	if _, err := os.Stat(fresh); err != nil {
 		t.Errorf("a create in progress elsewhere was removed: %v", err)
+	}
+}
+
+// TestCloseDuringCreate closes the provider while a Create waits for its
+// daemon to get ready. Close cannot see that daemon: Create must stop it
+// itself and fail, leaving nothing running and no directory behind.
+func TestCloseDuringCreate(t *testing.T) {
+	needBinary(t)
+	dir, err := os.MkdirTemp(testRoot, "slowenvd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The daemon waits at a fifo before it becomes envd.
+	gate := filepath.Join(dir, "gate")
+	if err := unix.Mkfifo(gate, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	slow := filepath.Join(dir, "sandbox-mcp")
+	script := fmt.Sprintf("#!/bin/sh\nread go < %s\nexec %s \"$@\"\n", gate, envdBinary)
+	if err := os.WriteFile(slow, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	p := newProvider(t, Config{Isolation: IsolationNone, EnvdBinary: slow})
+
+	type result struct {
+		sb  manage.Sandbox
+		err error
+	}
+	created := make(chan result, 1)
+	go func() {
+		sb, err := p.Create(testCtx(t), manage.SandboxConfig{})
+		created <- result{sb, err}
+	}()
+	// Opening the fifo for writing returns once the daemon opened it to
+	// read: Create is then waiting for it to get ready.
+	opened := make(chan *os.File, 1)
+	go func() {
+		f, err := os.OpenFile(gate, os.O_WRONLY, 0)
+		if err != nil {
+			t.Error(err)
+		}
+		opened <- f
+	}()
+	var w *os.File
+	select {
+	case w = <-opened:
+	case r := <-created:
+		t.Fatalf("Create returned before its daemon started: %+v, %v", r.sb, r.err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("the daemon never opened the fifo")
+	}
+	if w == nil {
+		t.FailNow()
+	}
+	entries, err := os.ReadDir(p.sandboxesDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var id string
+	for _, de := range entries {
+		if validID(de.Name()) {
+			id = de.Name()
+		}
+	}
+	_, all := sandboxPids(t, p, id)
+	if id == "" || len(all) == 0 {
+		t.Fatalf("no sandbox directory or no daemon process while Create waits: %v, %v", entries, all)
+	}
+	procs := snapshot(all)
+
+	if err := p.Close(testCtx(t)); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if _, err := w.WriteString("go\n"); err != nil {
+		t.Fatal(err)
+	}
+	_ = w.Close()
+	var r result
+	select {
+	case r = <-created:
+	case <-time.After(30 * time.Second):
+		t.Fatal("Create did not return")
+	}
+	if connect.CodeOf(r.err) != connect.CodeFailedPrecondition {
+		t.Errorf("Create across Close = %+v, %v; want FailedPrecondition", r.sb, r.err)
+	}
+	checkEnded(t, procs)
+	if roots, _ := sandboxPids(t, p, id); len(roots) != 0 {
+		t.Errorf("processes of the sandbox run after Create failed: %v", roots)
+	}
+	if _, err := os.Stat(p.dir(id)); !os.IsNotExist(err) {
+		t.Errorf("the sandbox directory after the failed Create: %v", err)
 	}
 }

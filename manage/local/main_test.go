@@ -163,14 +163,38 @@ func (w *testWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
+// defaultProbe is what Probe finds with the default configuration, probed once
+// per test binary.
+var defaultProbe struct {
+	once sync.Once
+	caps Capabilities
+}
+
+// requireBwrap skips the test (fails it under CI=true) when bubblewrap does
+// not work here.
+func requireBwrap(t testing.TB) {
+	t.Helper()
+	needBinary(t)
+	defaultProbe.once.Do(func() {
+		dir, err := os.MkdirTemp(testRoot, "probe")
+		if err == nil {
+			err = os.Chmod(dir, 0o711)
+		}
+		if err != nil {
+			defaultProbe.caps.BwrapError = err.Error()
+			return
+		}
+		defaultProbe.caps = Probe(context.Background(), Config{StateDir: dir, EnvdBinary: envdBinary})
+	})
+	if !defaultProbe.caps.BwrapUsable {
+		skipOrFail(t, "bubblewrap does not work here: %s", defaultProbe.caps.BwrapError)
+	}
+}
+
 // needBwrap starts a provider that must isolate with bwrap.
 func needBwrap(t testing.TB, cfg Config) *Provider {
 	t.Helper()
-	needBinary(t)
-	caps := Probe(context.Background(), Config{StateDir: newStateDir(t), EnvdBinary: envdBinary})
-	if !caps.BwrapUsable {
-		skipOrFail(t, "bubblewrap does not work here: %s", caps.BwrapError)
-	}
+	requireBwrap(t)
 	cfg.Isolation = IsolationBwrap
 	return newProvider(t, cfg)
 }
@@ -242,7 +266,7 @@ func shFails(t testing.TB, c *client.Client, script string) string {
 // envd) and all their descendants.
 func sandboxPids(t testing.TB, p *Provider, id string) (roots, all []int) {
 	t.Helper()
-	dir := p.Dir(id)
+	dir := p.dir(id)
 	parents := procParents()
 	for pid := range parents {
 		cmdline, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
@@ -262,16 +286,8 @@ func sandboxPids(t testing.TB, p *Provider, id string) (roots, all []int) {
 		}
 	}
 	roots = outer
-	children := map[int][]int{}
-	for pid, ppid := range parents {
-		children[ppid] = append(children[ppid], pid)
-	}
-	queue := append([]int(nil), roots...)
-	for len(queue) > 0 {
-		pid := queue[0]
-		queue = queue[1:]
-		all = append(all, pid)
-		queue = append(queue, children[pid]...)
+	for _, root := range roots {
+		all = append(all, descendants(root)...)
 	}
 	return roots, all
 }
@@ -282,12 +298,40 @@ func cmdline(pid int) string {
 	return strings.TrimSpace(strings.ReplaceAll(string(data), "\x00", " "))
 }
 
+// dir returns the host directory of sandbox id.
+func (p *Provider) dir(id string) string {
+	return filepath.Join(p.sandboxesDir, id)
+}
+
+// daemonOf returns the current daemon of sandbox id.
+func (p *Provider) daemonOf(id string) *daemon {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if e, ok := p.entries[id]; ok {
+		return e.d
+	}
+	return nil
+}
+
+// daemonDone returns a channel closed when this Provider's daemon of sandbox
+// id exits (killed, crashed, or stopped by Kill or Close, of this or another
+// Provider). For a sandbox this Provider runs no daemon for (stopped, or run
+// by another Provider) the channel is already closed.
+func (p *Provider) daemonDone(id string) <-chan struct{} {
+	if d := p.daemonOf(id); d != nil {
+		return d.done
+	}
+	closed := make(chan struct{})
+	close(closed)
+	return closed
+}
+
 // waitDone waits for the daemon of id to exit, via the provider's own
 // notification.
 func waitDone(t testing.TB, p *Provider, id string) {
 	t.Helper()
 	select {
-	case <-p.Done(id):
+	case <-p.daemonDone(id):
 	case <-time.After(30 * time.Second):
 		t.Fatalf("daemon of %s did not exit", id)
 	}

@@ -1,4 +1,4 @@
-package local_test
+package local
 
 // The Manager on real local sandboxes (bubblewrap, a real envd binary):
 // the lifecycle promises of the manage package, end to end.
@@ -18,51 +18,28 @@ import (
 	"time"
 
 	"github.com/sandbox-mcp/sandbox-mcp/envd/client"
-	"github.com/sandbox-mcp/sandbox-mcp/envd/envdtest"
 	"github.com/sandbox-mcp/sandbox-mcp/manage"
 	"github.com/sandbox-mcp/sandbox-mcp/manage/boltstore"
-	"github.com/sandbox-mcp/sandbox-mcp/manage/local"
 )
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
-// requireBwrap skips (fails under CI=true) when bubblewrap cannot run here.
-func requireBwrap(t testing.TB, stateDir string) {
-	t.Helper()
-	caps := local.Probe(context.Background(), local.Config{StateDir: stateDir, EnvdBinary: envdtest.Binary(t)})
-	if caps.BwrapUsable {
-		return
-	}
-	if os.Getenv("CI") == "true" {
-		t.Fatalf("bubblewrap is not usable: %s", caps.BwrapError)
-	}
-	t.Skipf("bubblewrap is not usable here: %s", caps.BwrapError)
-}
-
-// stateDir returns a fresh state directory reachable by the unprivileged
-// user sandboxes run as.
-func stateDir(t testing.TB) string {
-	t.Helper()
-	dir := envdtest.ShortTempDir(t)
-	if err := os.Chmod(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	return filepath.Join(dir, "state")
-}
+// failGuard bounds waits that only last that long when something is broken.
+const failGuard = 30 * time.Second
 
 type stack struct {
-	p     *local.Provider
+	p     *Provider
 	store *boltstore.Store
 	m     *manage.Manager
 }
 
+// newStack runs a Manager with a bwrap Provider and a bolt store on the
+// state directory dir.
 func newStack(t testing.TB, dir string, mod func(*manage.Options)) *stack {
 	t.Helper()
-	requireBwrap(t, dir)
-	ctx := context.Background()
-	p, err := local.New(ctx, local.Config{StateDir: dir, EnvdBinary: envdtest.Binary(t), Isolation: local.IsolationBwrap, Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
+	p := needBwrap(t, Config{StateDir: dir, Logger: quiet})
+	if p.envd.binDir != "" {
+		t.Fatalf("the provider runs a copy of the envd binary in %s: the test's binary should be reachable", p.envd.binDir)
 	}
 	store, err := boltstore.Open(dir, boltstore.Options{Logger: quiet})
 	if err != nil {
@@ -88,49 +65,33 @@ func (s *stack) close() {
 	_ = s.store.Close()
 }
 
-func sh(script string) client.Command {
+func shCmd(script string) client.Command {
 	return client.Command{Cmd: "/bin/sh", Args: []string{"-c", script}}
 }
 
-// envdPid finds the envd process of sandbox id: the process running the
-// envd subcommand whose cgroup names the sandbox.
-func envdPid(t testing.TB, id string) int {
+// envdPid returns the envd process of the daemon p runs for sandbox id:
+// among the daemon's processes, the one running `sandbox-mcp envd`.
+func envdPid(t testing.TB, p *Provider, id string) int {
 	t.Helper()
-	entries, err := os.ReadDir("/proc")
-	if err != nil {
-		t.Fatal(err)
+	d := p.daemonOf(id)
+	if d == nil || !d.alive() {
+		t.Fatalf("the provider runs no daemon for sandbox %s", id)
 	}
-	for _, e := range entries {
-		pid := 0
-		for _, r := range e.Name() {
-			if r < '0' || r > '9' {
-				pid = -1
-				break
-			}
-			pid = pid*10 + int(r-'0')
-		}
-		if pid <= 0 {
-			continue
-		}
-		cmdline, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		args := strings.Split(string(cmdline), "\x00")
-		if len(args) < 2 || args[1] != "envd" {
-			continue
-		}
-		cg, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cgroup"))
-		if strings.Contains(string(cg), id) {
+	for _, pid := range descendants(d.pid) {
+		data, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		if args := strings.Split(string(data), "\x00"); len(args) > 1 && args[1] == "envd" {
 			return pid
 		}
 	}
-	t.Fatalf("no envd process found for sandbox %s", id)
+	t.Fatalf("no envd process among the daemon's processes %v", descendants(d.pid))
 	return 0
 }
 
 // runs counts how many times a command appended to the workspace file
 // name, read from the host: outside the sandbox.
-func runs(t testing.TB, p *local.Provider, id, name string) int {
+func runs(t testing.TB, p *Provider, id, name string) int {
 	t.Helper()
-	raw, err := os.ReadFile(filepath.Join(p.Dir(id), "workspace", name))
+	raw, err := os.ReadFile(filepath.Join(p.dir(id), "workspace", name))
 	if os.IsNotExist(err) {
 		return 0
 	}
@@ -155,7 +116,7 @@ func (w *firstWrite) Write(p []byte) (int, error) {
 // next call runs in generation + 1 (the stopped sandbox is restarted with
 // its files).
 func TestLocalDaemonKilledMidCommand(t *testing.T) {
-	s := newStack(t, stateDir(t), nil)
+	s := newStack(t, newStateDir(t), nil)
 	ctx := t.Context()
 	l, err := s.m.Acquire(ctx, "k", false)
 	if err != nil {
@@ -165,16 +126,26 @@ func TestLocalDaemonKilledMidCommand(t *testing.T) {
 	started := &firstWrite{ch: make(chan struct{})}
 	errc := make(chan error, 1)
 	go func() {
-		_, err := l.Client.Run(context.Background(), sh("echo ran >> count; echo started; exec sleep 300"), client.RunOptions{Stdout: started})
-		errc <- l.Check(err)
+		_, err := l.Client.Run(ctx, shCmd("echo ran >> count; echo started; exec sleep 300"), client.RunOptions{Stdout: started})
+		errc <- l.Check(context.Background(), err)
 	}()
-	<-started.ch
-	pid := envdPid(t, id)
+	select {
+	case <-started.ch:
+	case err := <-errc:
+		t.Fatalf("the command ended before it wrote anything: %v", err)
+	case <-time.After(failGuard):
+		t.Fatal("the command wrote nothing")
+	}
+	pid := envdPid(t, s.p, id)
 	killed := time.Now()
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	err = <-errc
+	select {
+	case err = <-errc:
+	case <-time.After(failGuard):
+		t.Fatal("the in-flight call did not return after its daemon was killed")
+	}
 	returned := time.Since(killed)
 	l.Release()
 	le, ok := manage.IsLost(err)
@@ -193,7 +164,7 @@ func TestLocalDaemonKilledMidCommand(t *testing.T) {
 	if n := runs(t, s.p, l.Sandbox.ID, "count"); n != 1 {
 		t.Fatalf("the command ran %d times; want exactly 1", n)
 	}
-	if res, err := l.Client.Run(ctx, sh("echo ran >> count"), client.RunOptions{}); err != nil || res.ExitCode != 0 {
+	if res, err := l.Client.Run(ctx, shCmd("echo ran >> count"), client.RunOptions{}); err != nil || res.ExitCode != 0 {
 		t.Fatal(res, err)
 	}
 	if n := runs(t, s.p, l.Sandbox.ID, "count"); n != 2 {
@@ -204,7 +175,7 @@ func TestLocalDaemonKilledMidCommand(t *testing.T) {
 // SIGKILL of the daemon while idle: the next call gets "NOT run" and its
 // command never runs.
 func TestLocalDaemonKilledWhileIdle(t *testing.T) {
-	s := newStack(t, stateDir(t), nil)
+	s := newStack(t, newStateDir(t), nil)
 	ctx := t.Context()
 	l, err := s.m.Acquire(ctx, "k", false)
 	if err != nil {
@@ -212,17 +183,21 @@ func TestLocalDaemonKilledWhileIdle(t *testing.T) {
 	}
 	id := l.Sandbox.ID
 	l.Release()
-	done := s.p.Done(id)
-	if err := syscall.Kill(envdPid(t, id), syscall.SIGKILL); err != nil {
+	done := s.p.daemonDone(id)
+	if err := syscall.Kill(envdPid(t, s.p, id), syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	<-done // the provider has seen the daemon die
+	select {
+	case <-done: // the provider has seen the daemon die
+	case <-time.After(failGuard):
+		t.Fatal("the provider did not see its daemon die")
+	}
 	l, err = s.m.Acquire(ctx, "k", false)
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = l.Client.Run(ctx, sh("echo ran >> count"), client.RunOptions{})
-	err = l.Check(err)
+	_, err = l.Client.Run(ctx, shCmd("echo ran >> count"), client.RunOptions{})
+	err = l.Check(context.Background(), err)
 	l.Release()
 	le, ok := manage.IsLost(err)
 	if !ok || !le.NotRun || !le.Replaced || le.Generation != 2 {
@@ -237,13 +212,13 @@ func TestLocalDaemonKilledWhileIdle(t *testing.T) {
 // it transparently, and a background process started before is still
 // running after.
 func TestLocalPauseResumeKeepsProcesses(t *testing.T) {
-	s := newStack(t, stateDir(t), func(o *manage.Options) { o.IdlePause = time.Hour })
+	s := newStack(t, newStateDir(t), func(o *manage.Options) { o.IdlePause = time.Hour })
 	ctx := t.Context()
 	l, err := s.m.Acquire(ctx, "k", true)
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, err := l.Client.Start(ctx, sh("while :; do echo tick >> ticks; sleep 0.05; done"), false, client.StartOptions{})
+	h, err := l.Client.Start(ctx, shCmd("while :; do echo tick >> ticks; sleep 0.05; done"), false, client.StartOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -273,17 +248,29 @@ func TestLocalPauseResumeKeepsProcesses(t *testing.T) {
 		t.Fatalf("background process %d gone after pause and resume: %+v", pid, procs)
 	}
 	// And it still makes progress: its file grows past what it was.
-	ticks := filepath.Join(s.p.Dir(l.Sandbox.ID), "workspace", "ticks")
+	ticks := filepath.Join(s.p.dir(l.Sandbox.ID), "workspace", "ticks")
 	before := fileSize(ticks)
-	w, err := l.Client.Watch(ctx, "", false, false)
+	wctx, cancel := context.WithTimeout(ctx, failGuard)
+	defer cancel()
+	w, err := l.Client.Watch(wctx, "", false, false)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer w.Close()
+	go func() {
+		// The watch itself outlives its context: end it on the guard.
+		<-wctx.Done()
+		w.Close()
+	}()
+	wrote := false
 	for ev := range w.Events() {
 		if ev.Name == "ticks" && ev.Type == client.EventWrite {
+			wrote = true
 			break
 		}
+	}
+	if !wrote {
+		t.Fatalf("the watch ended without a write to ticks: %v", w.Err())
 	}
 	if after := fileSize(ticks); after <= before {
 		t.Fatalf("background process made no progress after resume (%d → %d bytes)", before, after)
@@ -302,7 +289,7 @@ func fileSize(path string) int64 {
 // A server restarted with the same named workspace finds its files (the
 // stopped sandbox comes back with a new daemon, processes not).
 func TestLocalNamedWorkspaceSurvivesRestart(t *testing.T) {
-	dir := stateDir(t)
+	dir := newStateDir(t)
 	ctx := t.Context()
 	s1 := newStack(t, dir, nil)
 	l, err := s1.m.Acquire(ctx, "stdio:proj", true)
@@ -339,7 +326,7 @@ func TestLocalNamedWorkspaceSurvivesRestart(t *testing.T) {
 // BenchmarkManagerColdAcquire is a new workspace's first call: Manager
 // Acquire (local provider Create) plus a Run of `true`.
 func BenchmarkManagerColdAcquire(b *testing.B) {
-	s := newStack(b, stateDir(b), nil)
+	s := newStack(b, newStateDir(b), nil)
 	i := 0
 	for b.Loop() {
 		i++
@@ -361,7 +348,7 @@ func BenchmarkManagerColdAcquire(b *testing.B) {
 // BenchmarkManagerWarmAcquire is Acquire plus Release of a workspace whose
 // sandbox runs.
 func BenchmarkManagerWarmAcquire(b *testing.B) {
-	s := newStack(b, stateDir(b), nil)
+	s := newStack(b, newStateDir(b), nil)
 	l, err := s.m.Acquire(b.Context(), "warm", false)
 	if err != nil {
 		b.Fatal(err)
@@ -379,7 +366,7 @@ func BenchmarkManagerWarmAcquire(b *testing.B) {
 // BenchmarkManagerPauseResume is a Pause (freezer) and the transparent
 // resume of the next Acquire.
 func BenchmarkManagerPauseResume(b *testing.B) {
-	s := newStack(b, stateDir(b), nil)
+	s := newStack(b, newStateDir(b), nil)
 	l, err := s.m.Acquire(b.Context(), "pr", true)
 	if err != nil {
 		b.Fatal(err)

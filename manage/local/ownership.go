@@ -4,16 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
-	"strconv"
-	"strings"
-	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/sandbox-mcp/sandbox-mcp/manage/filelock"
 )
 
 // Several Providers, in one process or in several, may share a state
@@ -45,64 +43,23 @@ const (
 	staleNewDirAge = time.Minute
 )
 
-// errLocked is returned by a lock attempt that would block.
-var errLocked = errors.New("locked")
-
 // errSandboxGone means the sandbox directory went away (killed) while a lock
 // on it was awaited.
 var errSandboxGone = errors.New("sandbox directory removed")
 
-// lockFile opens path (creating it) and flocks it: how is unix.LOCK_SH or
-// unix.LOCK_EX. When the lock is held elsewhere it returns errLocked, or with
-// wait retries (with a short, growing pause: flock has no timeout and a
-// waiting thread cannot be abandoned cleanly) until ctx ends.
-func lockFile(ctx context.Context, path string, how int, wait bool) (*os.File, error) {
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|syscall.O_NOFOLLOW, 0o600)
-	if err != nil {
-		return nil, err
-	}
-	pause := 50 * time.Microsecond
-	for {
-		err := flock(f, how|unix.LOCK_NB)
-		if err == nil {
-			return f, nil
-		}
-		if !errors.Is(err, unix.EWOULDBLOCK) || !wait {
-			_ = f.Close()
-			if errors.Is(err, unix.EWOULDBLOCK) {
-				return nil, errLocked
-			}
-			return nil, fmt.Errorf("lock %s: %w", path, err)
-		}
-		t := time.NewTimer(pause)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			_ = f.Close()
-			return nil, ctx.Err()
-		case <-t.C:
-		}
-		pause = min(pause*2, 10*time.Millisecond)
-	}
-}
-
-// flock calls flock(2) on f, retrying when a signal interrupts it.
-func flock(f *os.File, how int) error {
-	for {
-		err := unix.Flock(int(f.Fd()), how)
-		if !errors.Is(err, unix.EINTR) {
-			return err
-		}
-	}
-}
-
 // lockOp takes a sandbox's op.lock (how: unix.LOCK_SH or unix.LOCK_EX),
-// waiting until ctx ends; with wait false a busy lock is errLocked. It
-// returns errSandboxGone when the directory does not exist or was moved
+// waiting until ctx ends; with wait false a busy lock is filelock.ErrLocked.
+// It returns errSandboxGone when the directory does not exist or was moved
 // away (a Kill renames it) while waiting.
 func lockOp(ctx context.Context, dir string, how int, wait bool) (*os.File, error) {
 	path := filepath.Join(dir, opLockFile)
-	f, err := lockFile(ctx, path, how, wait)
+	var f *os.File
+	var err error
+	if wait {
+		f, err = filelock.Lock(ctx, path, how)
+	} else {
+		f, err = filelock.TryLock(path, how)
+	}
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, errSandboxGone
 	}
@@ -123,9 +80,9 @@ func lockOp(ctx context.Context, dir string, how int, wait bool) (*os.File, erro
 // probes or takes the owner lock meanwhile. A probe is a shared lock, which
 // any number of probing Providers can hold at once.
 func ownerRunning(dir string) (bool, error) {
-	f, err := lockFile(context.Background(), filepath.Join(dir, ownerLockFile), unix.LOCK_SH, false)
+	f, err := filelock.TryLock(filepath.Join(dir, ownerLockFile), unix.LOCK_SH)
 	switch {
-	case errors.Is(err, errLocked):
+	case errors.Is(err, filelock.ErrLocked):
 		return true, nil
 	case errors.Is(err, fs.ErrNotExist):
 		return false, errSandboxGone
@@ -155,29 +112,25 @@ func settledOwnerRunning(ctx context.Context, dir string) (bool, error) {
 	}
 	grace, cancel := context.WithTimeout(ctx, endingGrace)
 	defer cancel()
-	pause := 50 * time.Microsecond
-	for {
-		t := time.NewTimer(pause)
-		select {
-		case <-grace.Done():
-			t.Stop()
-			if ctx.Err() != nil {
-				return false, ctx.Err()
-			}
-			return true, nil
-		case <-t.C:
-		}
-		if running, err = ownerRunning(dir); err != nil || !running {
-			return running, err
-		}
-		pause = min(pause*2, 5*time.Millisecond)
+	var probeErr error
+	err = poll(grace, 50*time.Microsecond, 5*time.Millisecond, func() (bool, error) {
+		running, probeErr = ownerRunning(dir)
+		return probeErr != nil || !running, nil
+	})
+	switch {
+	case err == nil:
+		return running, probeErr
+	case ctx.Err() != nil:
+		return false, ctx.Err()
 	}
+	return true, nil
 }
 
-// takeOwnership takes the sandbox's owner lock when it is free (errLocked
-// when another Provider holds it). The caller holds op.lock exclusively.
+// takeOwnership takes the sandbox's owner lock when it is free
+// (filelock.ErrLocked when another Provider holds it). The caller holds
+// op.lock exclusively.
 func takeOwnership(dir string) (*os.File, error) {
-	f, err := lockFile(context.Background(), filepath.Join(dir, ownerLockFile), unix.LOCK_EX, false)
+	f, err := filelock.TryLock(filepath.Join(dir, ownerLockFile), unix.LOCK_EX)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, errSandboxGone
 	}
@@ -188,7 +141,7 @@ func takeOwnership(dir string) (*os.File, error) {
 // owner lock (its daemon died and it cleaned up) and takes it, until ctx
 // ends. The caller holds op.lock exclusively.
 func awaitOwnership(ctx context.Context, dir string) (*os.File, error) {
-	f, err := lockFile(ctx, filepath.Join(dir, ownerLockFile), unix.LOCK_EX, true)
+	f, err := filelock.Lock(ctx, filepath.Join(dir, ownerLockFile), unix.LOCK_EX)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, errSandboxGone
 	}
@@ -297,23 +250,4 @@ func (r daemonRecord) cgroup(id string) *cgroup {
 func pausedTree(pid int) bool {
 	st := procState(pid)
 	return st == 'T' || st == 't'
-}
-
-// procStart returns the start time of pid in clock ticks since boot (field
-// 22 of /proc/pid/stat), or "" when it is gone.
-func procStart(pid int) string {
-	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return ""
-	}
-	s := string(data)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return ""
-	}
-	f := strings.Fields(s[i+1:])
-	if len(f) < 20 {
-		return ""
-	}
-	return f[19]
 }

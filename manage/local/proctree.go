@@ -10,7 +10,42 @@ import (
 	"time"
 )
 
-// procParents maps every visible pid to its parent, from /proc/<pid>/stat.
+// procStat is what /proc/PID/stat says of a process.
+type procStat struct {
+	state byte   // 'R', 'S', 'T', 'Z', …
+	ppid  int    // its parent
+	start string // its start time in clock ticks since boot
+}
+
+// readStat reads /proc/PID/stat; false when pid is gone (or unreadable).
+func readStat(pid int) (procStat, bool) {
+	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return procStat{}, false
+	}
+	return parseStat(string(data))
+}
+
+// parseStat parses the content of a /proc/PID/stat file.
+func parseStat(s string) (procStat, bool) {
+	// "pid (comm) state ppid ... starttime ...": comm may hold spaces and
+	// parentheses, so the fields are counted after the last ')'.
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return procStat{}, false
+	}
+	f := strings.Fields(s[i+1:])
+	if len(f) < 20 || len(f[0]) != 1 {
+		return procStat{}, false
+	}
+	ppid, err := strconv.Atoi(f[1])
+	if err != nil {
+		return procStat{}, false
+	}
+	return procStat{state: f[0][0], ppid: ppid, start: f[19]}, true
+}
+
+// procParents maps every visible pid to its parent.
 func procParents() map[int]int {
 	entries, err := os.ReadDir("/proc")
 	if err != nil {
@@ -22,41 +57,25 @@ func procParents() map[int]int {
 		if err != nil {
 			continue
 		}
-		data, err := os.ReadFile("/proc/" + e.Name() + "/stat")
-		if err != nil {
-			continue
-		}
-		// "pid (comm) state ppid ...": comm may hold spaces and parentheses,
-		// so parse after the last ')'.
-		s := string(data)
-		i := strings.LastIndexByte(s, ')')
-		if i < 0 {
-			continue
-		}
-		f := strings.Fields(s[i+1:])
-		if len(f) < 2 {
-			continue
-		}
-		if ppid, err := strconv.Atoi(f[1]); err == nil {
-			parents[pid] = ppid
+		if st, ok := readStat(pid); ok {
+			parents[pid] = st.ppid
 		}
 	}
 	return parents
 }
 
-// procState returns the state letter of pid from /proc ('R', 'S', 'T', …), or
-// 0 when it cannot be read.
+// procState returns the state letter of pid ('R', 'S', 'T', …), or 0 when
+// it cannot be read.
 func procState(pid int) byte {
-	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return 0
-	}
-	s := string(data)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 || i+2 >= len(s) {
-		return 0
-	}
-	return s[i+2]
+	st, _ := readStat(pid)
+	return st.state
+}
+
+// procStart returns the start time of pid in clock ticks since boot, or ""
+// when it is gone.
+func procStart(pid int) string {
+	st, _ := readStat(pid)
+	return st.start
 }
 
 // descendants returns root and all its descendants, from one walk of /proc.
@@ -100,21 +119,14 @@ func stopTree(ctx context.Context, root int) error {
 		// wait for it to show. A process in uninterruptible sleep (D: disk
 		// I/O, or a vfork parent whose child is now stopped) stops as soon
 		// as it leaves the kernel, so it runs no more code either.
-		wait := 20 * time.Microsecond
 		for _, pid := range fresh {
-			for {
-				st := procState(pid)
-				if st == 'T' || st == 't' || st == 'D' || st == 0 || st == 'Z' || st == 'X' {
-					break
-				}
-				t := time.NewTimer(wait)
-				select {
-				case <-ctx.Done():
-					t.Stop()
-					return fmt.Errorf("process %d (state %c) did not stop: %w", pid, st, ctx.Err())
-				case <-t.C:
-				}
-				wait = min(wait*2, 2*time.Millisecond)
+			var st byte
+			err := poll(ctx, 20*time.Microsecond, 2*time.Millisecond, func() (bool, error) {
+				st = procState(pid)
+				return st == 'T' || st == 't' || st == 'D' || st == 0 || st == 'Z' || st == 'X', nil
+			})
+			if err != nil {
+				return fmt.Errorf("process %d (state %c) did not stop: %w", pid, st, err)
 			}
 			stopped[pid] = true
 		}

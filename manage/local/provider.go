@@ -55,7 +55,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -462,13 +461,8 @@ func resolveDefaults(lim manage.Limits) manage.Limits {
 // (the workspace store) may have created 0700.
 func (p *Provider) prepareStateDir(drop bool) error {
 	for _, dir := range []string{p.stateDir, p.sandboxesDir} {
-		if err := os.Mkdir(dir, 0o711); err != nil && !errors.Is(err, fs.ErrExist) {
-			if errors.Is(err, fs.ErrNotExist) {
-				err = os.MkdirAll(dir, 0o711)
-			}
-			if err != nil {
-				return fmt.Errorf("local provider: state directory %s: %w", dir, err)
-			}
+		if err := os.MkdirAll(dir, 0o711); err != nil {
+			return fmt.Errorf("local provider: state directory %s: %w", dir, err)
 		}
 		if !drop {
 			continue
@@ -594,35 +588,6 @@ func (p *Provider) Isolation() string { return p.isolation }
 
 // Capabilities returns what New found on this machine.
 func (p *Provider) Capabilities() Capabilities { return p.caps }
-
-// Dir returns the host directory of sandbox id (whether or not it exists), or
-// "" for an invalid id.
-func (p *Provider) Dir(id string) string {
-	if !validID(id) {
-		return ""
-	}
-	return filepath.Join(p.sandboxesDir, id)
-}
-
-// Done returns a channel closed when this Provider's daemon of sandbox id
-// exits (killed, crashed, or stopped by Kill or Close, of this or another
-// Provider). For a sandbox this Provider runs no daemon for (stopped, or run
-// by another Provider) the channel is already closed. It lets callers wait
-// for a loss without polling.
-func (p *Provider) Done(id string) <-chan struct{} {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if e, ok := p.entries[id]; ok {
-		// The daemon pointer is written under the entry lock; reading it
-		// here under p.mu is safe because setDaemon takes p.mu too.
-		if e.d != nil {
-			return e.d.done
-		}
-	}
-	closed := make(chan struct{})
-	close(closed)
-	return closed
-}
 
 // reapLeftovers kills what a previous server left running in the cgroups of
 // this state directory's sandboxes (unisolated sandboxes' processes outlive

@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sandbox-mcp/sandbox-mcp/manage"
+	"github.com/sandbox-mcp/sandbox-mcp/manage/filelock"
 )
 
 // Create makes a sandbox directory and starts its daemon. The directory is
@@ -31,10 +32,7 @@ func (p *Provider) Create(ctx context.Context, cfg manage.SandboxConfig) (manage
 	if err != nil {
 		return manage.Sandbox{}, err
 	}
-	id, err := newID()
-	if err != nil {
-		return manage.Sandbox{}, connect.NewError(connect.CodeInternal, err)
-	}
+	id := newID()
 	e := p.entry(id)
 	if err := e.acquire(ctx); err != nil {
 		p.forget(id)
@@ -50,12 +48,14 @@ func (p *Provider) Create(ctx context.Context, cfg manage.SandboxConfig) (manage
 	}
 	defer func() { _ = op.Close() }()
 	d, err := p.startDaemon(ctx, id, dir, spec, owner)
+	if err == nil {
+		err = p.setDaemon(ctx, e, d)
+	}
 	if err != nil {
 		_ = os.RemoveAll(dir)
 		p.forget(id)
 		return manage.Sandbox{}, err
 	}
-	p.setDaemon(e, d)
 	return p.describe(meta, d.isolation, manage.StateRunning, ""), nil
 }
 
@@ -127,10 +127,10 @@ func (p *Provider) makeDir(id string, meta metadata) (op, owner *os.File, err er
 			_ = os.RemoveAll(tmp)
 		}
 	}()
-	if op, err = lockFile(context.Background(), filepath.Join(tmp, opLockFile), unix.LOCK_EX, false); err != nil {
+	if op, err = filelock.TryLock(filepath.Join(tmp, opLockFile), unix.LOCK_EX); err != nil {
 		return nil, nil, err
 	}
-	if owner, err = lockFile(context.Background(), filepath.Join(tmp, ownerLockFile), unix.LOCK_EX, false); err != nil {
+	if owner, err = filelock.TryLock(filepath.Join(tmp, ownerLockFile), unix.LOCK_EX); err != nil {
 		return op, nil, err
 	}
 	if err = p.prepareSubdirs(tmp); err != nil {
@@ -175,45 +175,50 @@ func (p *Provider) prepareSubdirs(dir string) error {
 // the state could not be learned (ctx ended while another Provider held the
 // sandbox).
 func (p *Provider) Info(ctx context.Context, id string) (manage.Sandbox, error) {
+	s, _, err := p.info(ctx, id)
+	return s, err
+}
+
+// info is Info, also saying whether the sandbox's directory does not exist
+// (never made, or killed).
+func (p *Provider) info(ctx context.Context, id string) (s manage.Sandbox, vanished bool, err error) {
 	if !validID(id) {
-		return manage.Sandbox{ID: id, Provider: Name, State: manage.StateGone, Detail: "not found (not a local sandbox id)"}, nil
+		return manage.Sandbox{ID: id, Provider: Name, State: manage.StateGone, Detail: "not found (not a local sandbox id)"}, true, nil
 	}
 	e := p.entry(id)
 	if err := e.acquire(ctx); err != nil {
-		return manage.Sandbox{}, ctxError("sandbox "+id, err)
+		return manage.Sandbox{}, false, ctxError("sandbox "+id, err)
 	}
 	defer e.release()
-	s, err := p.infoLocked(ctx, id, e)
+	s, vanished, err = p.infoLocked(ctx, id, e)
 	if err != nil {
-		return manage.Sandbox{}, err
+		return manage.Sandbox{}, false, err
 	}
 	if s.State == manage.StateGone {
 		// Asking about ids that do not exist must not grow the map.
 		p.forget(id)
 	}
-	return s, nil
+	return s, vanished, nil
 }
 
-func (p *Provider) infoLocked(ctx context.Context, id string, e *entry) (manage.Sandbox, error) {
+// infoLocked is info with id's entry lock held.
+func (p *Provider) infoLocked(ctx context.Context, id string, e *entry) (s manage.Sandbox, vanished bool, err error) {
 	dir := filepath.Join(p.sandboxesDir, id)
-	if d := e.d; d != nil && d.alive() && !socketRefuses(filepath.Join(dir, "run", "envd.sock")) {
+	if d := e.d; d != nil && d.alive() && !socketRefuses(ctx, filepath.Join(dir, "run", "envd.sock")) {
 		meta, err := readMeta(dir)
 		if err != nil {
 			// The directory went away under a running daemon: kill the
 			// orphan so nothing runs for a sandbox that no longer exists.
 			p.log.Warn("sandbox directory removed while its daemon ran; killing it", "id", id)
 			_ = p.stopDaemon(ctx, d)
-			gone := goneInfo(id, dir, err)
+			gone, _ := goneInfo(id, dir, err)
 			gone.Detail = "directory removed"
-			return gone, nil
+			return gone, false, nil
 		}
-		switch {
-		case d.cg.hasFreezer() && isFrozen(d.cg):
-			return p.describe(meta, d.isolation, manage.StatePaused, "frozen"), nil
-		case !d.cg.hasFreezer() && pausedTree(d.pid):
-			return p.describe(meta, d.isolation, manage.StatePaused, "stopped with SIGSTOP"), nil
+		if how := pauseDetail(d.cg, d.pid); how != "" {
+			return p.describe(meta, d.isolation, manage.StatePaused, how), false, nil
 		}
-		return p.describe(meta, d.isolation, manage.StateRunning, ""), nil
+		return p.describe(meta, d.isolation, manage.StateRunning, ""), false, nil
 	}
 	if d := e.d; d != nil && d.alive() {
 		// The socket refuses connections: the daemon has died and our
@@ -223,34 +228,37 @@ func (p *Provider) infoLocked(ctx context.Context, id string, e *entry) (manage.
 		select {
 		case <-d.done:
 		case <-ctx.Done():
-			return manage.Sandbox{}, ctxError("sandbox "+id, ctx.Err())
+			return manage.Sandbox{}, false, ctxError("sandbox "+id, ctx.Err())
 		}
 	}
 	if err := awaitRelease(ctx, e.d); err != nil {
-		return manage.Sandbox{}, ctxError("sandbox "+id, err)
+		return manage.Sandbox{}, false, ctxError("sandbox "+id, err)
 	}
 	meta, err := readMeta(dir)
 	if err != nil {
-		return goneInfo(id, dir, err), nil
+		s, vanished := goneInfo(id, dir, err)
+		return s, vanished, nil
 	}
 	op, err := lockOp(ctx, dir, unix.LOCK_SH, true)
 	switch {
 	case errors.Is(err, errSandboxGone):
-		return goneInfo(id, dir, fs.ErrNotExist), nil
+		s, vanished := goneInfo(id, dir, fs.ErrNotExist)
+		return s, vanished, nil
 	case ctx.Err() != nil:
-		return manage.Sandbox{}, ctxError("sandbox "+id+" is busy in another process", ctx.Err())
+		return manage.Sandbox{}, false, ctxError("sandbox "+id+" is busy in another process", ctx.Err())
 	case err != nil:
-		return manage.Sandbox{}, connect.NewError(connect.CodeInternal, fmt.Errorf("sandbox %s: %w", id, err))
+		return manage.Sandbox{}, false, connect.NewError(connect.CodeInternal, fmt.Errorf("sandbox %s: %w", id, err))
 	}
 	defer func() { _ = op.Close() }()
 	running, err := settledOwnerRunning(ctx, dir)
 	switch {
 	case errors.Is(err, errSandboxGone):
-		return goneInfo(id, dir, fs.ErrNotExist), nil
+		s, vanished := goneInfo(id, dir, fs.ErrNotExist)
+		return s, vanished, nil
 	case ctx.Err() != nil:
-		return manage.Sandbox{}, ctxError("sandbox "+id, ctx.Err())
+		return manage.Sandbox{}, false, ctxError("sandbox "+id, ctx.Err())
 	case err != nil:
-		return manage.Sandbox{}, connect.NewError(connect.CodeInternal, fmt.Errorf("sandbox %s: %w", id, err))
+		return manage.Sandbox{}, false, connect.NewError(connect.CodeInternal, fmt.Errorf("sandbox %s: %w", id, err))
 	}
 	rec, recErr := readRecord(dir)
 	if !running {
@@ -263,7 +271,7 @@ func (p *Provider) infoLocked(ctx context.Context, id string, e *entry) (manage.
 		}
 		s := p.describe(meta, isolation, manage.StateStopped, detail)
 		s.EndedAt = endedAt
-		return s, nil
+		return s, false, nil
 	}
 	// Another Provider runs it.
 	if recErr != nil || !rec.EndedAt.IsZero() {
@@ -274,34 +282,40 @@ func (p *Provider) infoLocked(ctx context.Context, id string, e *entry) (manage.
 	if rec.OwnerPID > 0 {
 		detail = fmt.Sprintf("run by sandbox-mcp process %d", rec.OwnerPID)
 	}
-	cg := p.foreignCgroup(id, rec)
-	pid := rec.livePID()
-	switch {
-	case cg.hasFreezer() && isFrozen(cg):
-		return p.describe(meta, rec.Isolation, manage.StatePaused, "frozen; "+detail), nil
-	case pid != 0 && pausedTree(pid):
-		return p.describe(meta, rec.Isolation, manage.StatePaused, "stopped with SIGSTOP; "+detail), nil
+	if how := pauseDetail(p.foreignCgroup(id, rec), rec.livePID()); how != "" {
+		return p.describe(meta, rec.Isolation, manage.StatePaused, how+"; "+detail), false, nil
 	}
-	return p.describe(meta, rec.Isolation, manage.StateRunning, detail), nil
+	return p.describe(meta, rec.Isolation, manage.StateRunning, detail), false, nil
 }
 
 // goneInfo describes a sandbox whose sandbox.json could not be read (err).
-func goneInfo(id, dir string, err error) manage.Sandbox {
-	gone := manage.Sandbox{ID: id, Provider: Name, State: manage.StateGone, Detail: "not found"}
-	if errors.Is(err, fs.ErrNotExist) {
-		if _, serr := os.Lstat(dir); serr == nil {
-			gone.Detail = "incomplete: no sandbox.json"
-		}
-	} else {
+// vanished is true when its directory does not exist either.
+func goneInfo(id, dir string, err error) (gone manage.Sandbox, vanished bool) {
+	gone = manage.Sandbox{ID: id, Provider: Name, State: manage.StateGone, Detail: "not found"}
+	if !errors.Is(err, fs.ErrNotExist) {
 		gone.Detail = "unreadable sandbox.json: " + err.Error()
+		return gone, false
 	}
-	return gone
+	if _, serr := os.Lstat(dir); serr == nil {
+		gone.Detail = "incomplete: no sandbox.json"
+		return gone, false
+	}
+	return gone, true
 }
 
-// isFrozen reports whether a cgroup with a freezer is frozen.
-func isFrozen(cg *cgroup) bool {
-	frozen, err := cg.frozen()
-	return err == nil && frozen
+// pauseDetail says how the processes of a running sandbox are paused: its
+// cgroup cg (nil: none) frozen, or its outermost process pid (0: unknown)
+// stopped with SIGSTOP, by a Provider without a freezer. "" means not paused.
+func pauseDetail(cg *cgroup, pid int) string {
+	if cg.hasFreezer() {
+		if frozen, err := cg.frozen(); err == nil && frozen {
+			return "frozen"
+		}
+	}
+	if pid > 0 && pausedTree(pid) {
+		return "stopped with SIGSTOP"
+	}
+	return ""
 }
 
 // foreignCgroup is the cgroup of a sandbox another Provider runs: the one its
@@ -435,12 +449,12 @@ func (p *Provider) control(ctx context.Context, id string) (*control, error) {
 	if err == nil && !running {
 		owner, err = takeOwnership(c.dir)
 	} else if err == nil {
-		err = errLocked
+		err = filelock.ErrLocked
 	}
 	switch {
 	case err == nil:
 		c.owner = owner
-	case errors.Is(err, errLocked):
+	case errors.Is(err, filelock.ErrLocked):
 		c.foreign = true
 		if rec, err := readRecord(c.dir); err == nil && rec.EndedAt.IsZero() {
 			c.rec = rec
@@ -582,8 +596,7 @@ func (p *Provider) Resume(ctx context.Context, id string) error {
 	if err != nil {
 		return err
 	}
-	p.setDaemon(c.e, d)
-	return nil
+	return p.setDaemon(ctx, c.e, d)
 }
 
 // Kill stops a sandbox's processes and deletes its directory. Killing a gone
@@ -595,13 +608,9 @@ func (p *Provider) Resume(ctx context.Context, id string) error {
 func (p *Provider) Kill(ctx context.Context, id string) error {
 	c, err := p.control(ctx, id)
 	if errors.Is(err, errSandboxGone) {
-		if p.cgroups != nil {
-			// Its directory was deleted by hand: nothing can start it
-			// again, so whatever is left in its cgroup is an orphan.
-			if cg := p.cgroups.open(id); cg.exists() {
-				_ = cg.remove(ctx)
-			}
-		}
+		// Its directory was deleted by hand: nothing can start it again,
+		// so whatever is left in its cgroup is an orphan.
+		_ = p.removeStaleCgroup(ctx, id)
 		p.forget(id)
 		return nil
 	}
@@ -625,11 +634,7 @@ func (p *Provider) Kill(ctx context.Context, id string) error {
 	if c.own != nil || c.owner != nil {
 		// A cgroup left by an earlier server may still hold processes;
 		// nobody else runs the sandbox now.
-		if p.cgroups != nil {
-			if cg := p.cgroups.open(id); cg.exists() {
-				_ = cg.remove(ctx)
-			}
-		}
+		_ = p.removeStaleCgroup(ctx, id)
 	}
 	trash := filepath.Join(p.sandboxesDir, trashDir)
 	_ = os.Mkdir(trash, 0o700)
@@ -667,18 +672,7 @@ func (p *Provider) killForeign(ctx context.Context, c *control) error {
 	if cg == nil && pid == 0 {
 		return connect.NewError(connect.CodeUnavailable, fmt.Errorf("kill sandbox %s: another sandbox-mcp process runs it and did not record its processes", c.id))
 	}
-	if cg != nil {
-		cg.kill()
-	} else if c.rec.Isolation != IsolationBwrap {
-		// envd starts commands in process groups of their own.
-		killTree(pid)
-	}
-	if pid != 0 {
-		_ = unix.Kill(pid, unix.SIGKILL)
-		if c.rec.Isolation != IsolationBwrap {
-			_ = unix.Kill(-pid, unix.SIGKILL)
-		}
-	}
+	killProcs(cg, pid, c.rec.Isolation)
 	owner, err := awaitOwnership(ctx, c.dir)
 	switch {
 	case err == nil:
@@ -707,11 +701,11 @@ func (p *Provider) List(ctx context.Context) ([]manage.Sandbox, error) {
 		if !de.IsDir() || !validID(de.Name()) {
 			continue
 		}
-		s, err := p.Info(ctx, de.Name())
+		s, vanished, err := p.info(ctx, de.Name())
 		if err != nil {
 			return nil, err
 		}
-		if s.State == manage.StateGone && s.Detail == "not found" {
+		if vanished {
 			continue // killed meanwhile
 		}
 		out = append(out, s)
@@ -739,7 +733,7 @@ func (p *Provider) Close(ctx context.Context) error {
 	p.mu.Unlock()
 	var errs []error
 	for _, d := range daemons {
-		if err := p.stopDaemon(ctx, d, "the sandbox-mcp process that ran it closed"); err != nil {
+		if err := p.stopDaemon(ctx, d, closedReason); err != nil {
 			errs = append(errs, err)
 			continue
 		}
@@ -757,13 +751,20 @@ func (p *Provider) Close(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
+// closedReason is the detail of a sandbox whose daemon Close stopped.
+const closedReason = "the sandbox-mcp process that ran it closed"
+
 func (p *Provider) checkOpen() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {
-		return connect.NewError(connect.CodeFailedPrecondition, errors.New("the local provider is closed"))
+		return errClosed()
 	}
 	return nil
+}
+
+func errClosed() error {
+	return connect.NewError(connect.CodeFailedPrecondition, errors.New("the local provider is closed"))
 }
 
 // entry returns id's entry, creating it.
@@ -778,11 +779,22 @@ func (p *Provider) entry(id string) *entry {
 	return e
 }
 
-// setDaemon records e's daemon; the caller holds e's lock.
-func (p *Provider) setDaemon(e *entry, d *daemon) {
+// setDaemon records e's new daemon; the caller holds e's lock. When the
+// Provider was closed while the daemon started, Close did not see it: it is
+// stopped here (waiting until ctx ends), as Close would have, and the result
+// is FailedPrecondition.
+func (p *Provider) setDaemon(ctx context.Context, e *entry, d *daemon) error {
 	p.mu.Lock()
 	e.d = d
+	closed := p.closed
 	p.mu.Unlock()
+	if !closed {
+		return nil
+	}
+	if err := p.stopDaemon(ctx, d, closedReason); err == nil {
+		_ = awaitRelease(ctx, d)
+	}
+	return errClosed()
 }
 
 // forget drops id's entry after its sandbox is gone.
@@ -819,25 +831,18 @@ func readMeta(dir string) (metadata, error) {
 const idAlphabet = "abcdefghijklmnopqrstuvwxyz0123456789"
 
 // newID returns "l" and 15 random characters of idAlphabet.
-func newID() (string, error) {
+func newID() string {
 	b := make([]byte, 16)
-	if _, err := rand.Read(b); err != nil {
-		return "", err
-	}
+	_, _ = rand.Read(b) // never fails (Go 1.24 and later)
 	b[0] = 'l'
 	for i := 1; i < len(b); i++ {
 		b[i] = idAlphabet[int(b[i])%len(idAlphabet)]
 	}
-	return string(b), nil
+	return string(b)
 }
 
-func randomSuffix() string {
-	id, err := newID()
-	if err != nil {
-		return fmt.Sprint(time.Now().UnixNano())
-	}
-	return id[1:]
-}
+// randomSuffix returns 15 random characters of idAlphabet.
+func randomSuffix() string { return newID()[1:] }
 
 // validID reports whether id can name a local sandbox: 1 to 64 lowercase
 // letters and digits. Checked before any path is built from an id.
@@ -869,8 +874,8 @@ func notFound(id string) error {
 // accepts connections on it any more: the daemon behind it has died. A
 // socket that accepts, a missing socket file (the directory removed by
 // hand, handled by the caller), or any other answer, is not a verdict.
-func socketRefuses(path string) bool {
-	c, err := net.DialTimeout("unix", path, time.Second)
+func socketRefuses(ctx context.Context, path string) bool {
+	c, err := (&net.Dialer{}).DialContext(ctx, "unix", path)
 	if err == nil {
 		_ = c.Close()
 		return false

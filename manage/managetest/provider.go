@@ -13,10 +13,10 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"os"
 	"path/filepath"
@@ -44,34 +44,30 @@ type Provider struct {
 
 	// Creates counts successful Create calls.
 	Creates atomic.Int64
-	// Kills counts Kill calls on existing sandboxes.
-	Kills atomic.Int64
-	// Infos counts Info calls.
-	Infos atomic.Int64
 }
 
 type sandbox struct {
-	id       string
-	root     string
-	sock     string
-	created  time.Time
-	state    manage.State
-	detail   string
-	endedAt  time.Time
-	d        *daemon.Daemon
-	ln       net.Listener
-	served   chan struct{}
-	lostFile bool // the daemon is stopped but its files remain (stopped)
+	id      string
+	root    string
+	sock    string
+	env     map[string]string // the environment it was created with
+	created time.Time
+	state   manage.State
+	detail  string
+	endedAt time.Time
+	d       *daemon.Daemon
+	ln      net.Listener
+	served  chan struct{}
 }
 
 // TB is the part of testing.TB the provider needs.
 type TB interface {
-	TempDir() string
 	Cleanup(func())
 }
 
-// New returns a Provider whose sandboxes live under a temporary directory of
-// t; every daemon is stopped when the test ends.
+// New returns a Provider whose sandboxes live under a new temporary
+// directory; when the test ends every daemon is stopped and the directory
+// removed.
 func New(t TB) *Provider {
 	// Unix socket paths are limited to 108 bytes; test temp dirs can be long.
 	dir, err := os.MkdirTemp("", "mgt")
@@ -157,11 +153,11 @@ func (p *Provider) Create(ctx context.Context, cfg manage.SandboxConfig) (manage
 	var b [6]byte
 	_, _ = rand.Read(b[:])
 	id := "t" + hex.EncodeToString(b[:])
-	sb := &sandbox{id: id, root: filepath.Join(p.dir, id, "ws"), sock: filepath.Join(p.dir, id, "s"), created: time.Now()}
+	sb := &sandbox{id: id, root: filepath.Join(p.dir, id, "ws"), sock: filepath.Join(p.dir, id, "s"), env: maps.Clone(cfg.Env), created: time.Now()}
 	if err := os.MkdirAll(sb.root, 0o755); err != nil {
 		return manage.Sandbox{}, err
 	}
-	if err := p.start(sb, cfg.Env); err != nil {
+	if err := p.start(sb); err != nil {
 		return manage.Sandbox{}, err
 	}
 	p.mu.Lock()
@@ -171,8 +167,10 @@ func (p *Provider) Create(ctx context.Context, cfg manage.SandboxConfig) (manage
 	return p.describe(sb), nil
 }
 
-func (p *Provider) start(sb *sandbox, env map[string]string) error {
-	d, err := daemon.New(daemon.Config{Root: sb.root, Confine: true, Env: env, Logger: p.log})
+// start serves sb with a new daemon, with the environment sb was created
+// with.
+func (p *Provider) start(sb *sandbox) error {
+	d, err := daemon.New(daemon.Config{Root: sb.root, Confine: true, Env: sb.env, Logger: p.log})
 	if err != nil {
 		return err
 	}
@@ -229,7 +227,7 @@ func (p *Provider) LoseDaemon(id string, keepFiles bool) error {
 	sb.crash()
 	sb.endedAt = time.Now()
 	if keepFiles {
-		sb.state, sb.detail, sb.lostFile = manage.StateStopped, "daemon exited: signal: killed", true
+		sb.state, sb.detail = manage.StateStopped, "daemon exited: signal: killed"
 		return nil
 	}
 	sb.state, sb.detail = manage.StateGone, "not found"
@@ -238,7 +236,6 @@ func (p *Provider) LoseDaemon(id string, keepFiles bool) error {
 
 // Info implements manage.Provider.
 func (p *Provider) Info(ctx context.Context, id string) (manage.Sandbox, error) {
-	p.Infos.Add(1)
 	p.mu.Lock()
 	hang := p.infoHang
 	p.mu.Unlock()
@@ -302,7 +299,7 @@ func (p *Provider) Resume(_ context.Context, id string) error {
 	case manage.StatePaused:
 		sb.state = manage.StateRunning
 	case manage.StateStopped:
-		return p.start(sb, nil)
+		return p.start(sb)
 	}
 	return nil
 }
@@ -316,7 +313,6 @@ func (p *Provider) Kill(_ context.Context, id string) error {
 	if !ok {
 		return nil
 	}
-	p.Kills.Add(1)
 	sb.stop()
 	return os.RemoveAll(filepath.Dir(sb.root))
 }
@@ -343,17 +339,6 @@ func (p *Provider) Live() []string {
 		}
 	}
 	return ids
-}
-
-// Root returns the host directory of sandbox id's workspace.
-func (p *Provider) Root(id string) (string, error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	sb, ok := p.sandboxes[id]
-	if !ok {
-		return "", errors.New("no such sandbox")
-	}
-	return sb.root, nil
 }
 
 var _ manage.Provider = (*Provider)(nil)
