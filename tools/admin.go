@@ -3,7 +3,6 @@ package tools
 import (
 	"context"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/sandbox-mcp/sandbox-mcp/manage"
@@ -115,18 +114,11 @@ func runWorkspaceInfo(ctx context.Context, c *Call, _ *workspaceInfoInput) (*wor
 
 // enabledToolsets lists the toolsets cfg selects, in display order.
 func enabledToolsets(cfg Config) []string {
-	want := map[string]bool{}
-	for _, n := range cfg.Toolsets {
-		if n = strings.TrimSpace(n); n == "all" {
-			want = nil
-			break
-		} else if n != "" {
-			want[n] = true
-		}
-	}
+	// An unknown name stopped the server at startup (Selected).
+	want, _ := wantedToolsets(cfg.Toolsets)
 	out := []string{}
 	for _, ts := range Toolsets {
-		if len(want) == 0 || want[ts.Name] {
+		if want == nil || want[ts.Name] {
 			out = append(out, ts.Name)
 		}
 	}
@@ -162,10 +154,8 @@ func WorkspaceReset(d *Deps) Tool {
 	})
 }
 
-func runWorkspaceReset(ctx context.Context, c *Call, in *workspaceResetInput) (*workspaceResetOutput, error) {
-	if !in.Confirm {
-		return nil, inputErr("confirm", "must be true to reset: resetting destroys all files, packages and processes of the sandbox")
-	}
+func runWorkspaceReset(ctx context.Context, c *Call, _ *workspaceResetInput) (*workspaceResetOutput, error) {
+	// The schema admits only confirm: true.
 	// Reset reads the store for a workspace this process has not used yet,
 	// so a sandbox recorded by an earlier run is destroyed too.
 	gen, err := c.d.Manager.Reset(ctx, c.ws.Key, c.ws.Named)

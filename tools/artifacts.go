@@ -1,7 +1,6 @@
 package tools
 
 import (
-	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -106,21 +105,22 @@ func cleanArtifactName(field, name string) (string, error) {
 	return clean, nil
 }
 
+// errArtifactTooBig is writeArtifact's answer when its reader held more than
+// the limit: nothing was stored, and an artifact of that name is left as it
+// was.
+var errArtifactTooBig = errors.New("the file holds more bytes than allowed")
+
 // writeArtifact stores r as name atomically (a temporary, then a rename) and
-// returns its size and SHA-256. peek, when set, sees every byte too.
-func writeArtifact(root *os.Root, name string, r io.Reader, mode fs.FileMode, peek io.Writer) (int64, string, error) {
-	dir, base := path.Split(name)
-	if dir != "" {
-		if err := root.MkdirAll(path.Clean(dir), 0o755); err != nil {
+// returns its size and SHA-256. peek, when set, sees every byte too. When r
+// holds more than limit bytes, the temporary is removed before any rename and
+// the error is errArtifactTooBig.
+func writeArtifact(root *os.Root, name string, r io.Reader, mode fs.FileMode, peek io.Writer, limit int64) (int64, string, error) {
+	if dir := path.Dir(name); dir != "." {
+		if err := root.MkdirAll(dir, 0o755); err != nil {
 			return 0, "", storeNameError(name, err)
 		}
 	}
-	var rnd [6]byte
-	_, _ = rand.Read(rnd[:])
-	if len(base) > 100 {
-		base = base[:100]
-	}
-	tmp := path.Join(dir, "."+base+artifactTmpMarker+hex.EncodeToString(rnd[:]))
+	tmp := tempName(name, artifactTmpMarker)
 	f, err := root.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		return 0, "", storeNameError(name, err)
@@ -130,9 +130,12 @@ func writeArtifact(root *os.Root, name string, r io.Reader, mode fs.FileMode, pe
 	if peek != nil {
 		w = io.MultiWriter(f, h, peek)
 	}
-	n, err := io.Copy(w, r)
+	n, err := io.Copy(w, io.LimitReader(r, limit+1))
 	if cerr := f.Close(); err == nil {
 		err = cerr
+	}
+	if err == nil && n > limit {
+		err = errArtifactTooBig
 	}
 	if err == nil {
 		// Owner read and write always, so the store can read it back.

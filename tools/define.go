@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/big"
 	"reflect"
 	"strconv"
 	"strings"
@@ -15,18 +16,20 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
 	validator "github.com/santhosh-tekuri/jsonschema/v6"
+	"github.com/santhosh-tekuri/jsonschema/v6/kind"
 	"golang.org/x/text/language"
 	"golang.org/x/text/message"
 
 	"github.com/sandbox-mcp/sandbox-mcp/manage"
 )
 
-// Annotations are a tool's behaviour hints. All four are always sent.
+// Annotations are a tool's behaviour hints. All four are always sent; in
+// JSON they have MCP's names.
 type Annotations struct {
-	ReadOnly    bool
-	Destructive bool
-	Idempotent  bool
-	OpenWorld   bool
+	ReadOnly    bool `json:"readOnlyHint"`
+	Destructive bool `json:"destructiveHint"`
+	Idempotent  bool `json:"idempotentHint"`
+	OpenWorld   bool `json:"openWorldHint"`
 }
 
 // Meta is embedded in every tool's output: the notices that also lead the
@@ -66,6 +69,29 @@ func reflector() *jsonschema.Reflector {
 	}
 }
 
+// The input types publish the limits their handlers rely on through a
+// JSONSchemaExtend method that sets them from the same constants, so schema
+// and code cannot drift apart; the schema is then the only check of them.
+
+// schemaProp returns the schema of property name of s (an object schema).
+// A missing one is a programming error, caught when the tools are built.
+func schemaProp(s *jsonschema.Schema, name string) *jsonschema.Schema {
+	p, ok := s.Properties.Get(name)
+	if !ok {
+		panic("tools: schema has no property " + name)
+	}
+	return p
+}
+
+// schemaInt renders n as a schema number (minimum, maximum).
+func schemaInt(n int64) json.Number { return json.Number(strconv.FormatInt(n, 10)) }
+
+// schemaCount renders n as a schema count (maxItems).
+func schemaCount(n int) *uint64 {
+	c := uint64(n)
+	return &c
+}
+
 // schemaOf returns the JSON schema of T as raw JSON, without $schema and $id
 // (MCP's default dialect is 2020-12, which is what invopop produces).
 func schemaOf[T any]() json.RawMessage {
@@ -94,7 +120,7 @@ func define[In, Out any](d *Deps, s spec[In, Out]) Tool {
 	}
 	validate := compileValidator(s.name, tool.RawInputSchema)
 	handler := func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-		c := &Call{d: d, req: req, ws: WorkspaceFrom(ctx), tool: s.name}
+		c := &Call{ctx: ctx, d: d, req: req, ws: WorkspaceFrom(ctx), tool: s.name}
 		defer c.release()
 		raw, err := argsJSON(req.Params.Arguments)
 		if err != nil {
@@ -189,7 +215,7 @@ func validationInputError(ve *validator.ValidationError) error {
 	var fields, msgs []string
 	for _, l := range leaves {
 		field := argumentPath(l.InstanceLocation)
-		msg := l.ErrorKind.LocalizedString(englishPrinter)
+		msg := leafMessage(l.ErrorKind)
 		fields = append(fields, field)
 		msgs = append(msgs, field+": "+msg)
 	}
@@ -202,6 +228,27 @@ func validationInputError(ve *validator.ValidationError) error {
 		return &InputError{Field: field, Msg: msg}
 	}
 	return &InputError{Msg: strings.Join(msgs, "; ")}
+}
+
+// leafMessage is the validator's message for one failing keyword, with the
+// bounds of numbers written out (its own reads "got 3.1622401×10⁰⁷").
+func leafMessage(k validator.ErrorKind) string {
+	switch k := k.(type) {
+	case *kind.Minimum:
+		return fmt.Sprintf("must be at least %s (got %s)", ratText(k.Want), ratText(k.Got))
+	case *kind.Maximum:
+		return fmt.Sprintf("must be at most %s (got %s)", ratText(k.Want), ratText(k.Got))
+	}
+	return k.LocalizedString(englishPrinter)
+}
+
+// ratText writes r in plain decimal.
+func ratText(r *big.Rat) string {
+	if r.IsInt() {
+		return r.Num().String()
+	}
+	f, _ := r.Float64()
+	return strconv.FormatFloat(f, 'f', -1, 64)
 }
 
 // argumentPath renders a JSON pointer as files[2].path ("arguments" for the
@@ -246,20 +293,10 @@ func argsJSON(args any) ([]byte, error) {
 	return raw, nil
 }
 
-// decodeArgs decodes the call's arguments strictly into in. Schema
-// validation normally catches mistakes first; this is the backstop that names
-// the field.
-func decodeArgs(args any, in any) error {
-	var raw []byte
-	switch a := args.(type) {
-	case []byte:
-		raw = a
-	default:
-		var err error
-		if raw, err = argsJSON(args); err != nil {
-			return err
-		}
-	}
+// decodeArgs decodes the call's arguments (JSON, as argsJSON returns them)
+// strictly into in. Schema validation normally catches mistakes first; this
+// is the backstop that names the field.
+func decodeArgs(raw []byte, in any) error {
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(in); err != nil {
@@ -304,6 +341,8 @@ func typeName(t reflect.Type) string {
 // Call is the state of one tool call: the workspace lease once acquired and
 // the notices gathered for the result.
 type Call struct {
+	// ctx is the call's context (the request's): lifecycle waits end with it.
+	ctx     context.Context
 	d       *Deps
 	req     mcp.CallToolRequest
 	ws      Workspace
@@ -342,7 +381,7 @@ func (c *Call) Check(err error) error {
 	if err == nil || c.lease == nil {
 		return err
 	}
-	return c.lease.Check(err)
+	return c.lease.Check(c.ctx, err)
 }
 
 func (c *Call) release() {

@@ -7,7 +7,8 @@ import (
 )
 
 // Description is what the model sees of one tool, for people and machines
-// (sandbox-mcp tools).
+// (sandbox-mcp tools), with its toolset. Its JSON uses MCP's names; the exact
+// definition the client receives is the JSON of Tool.Def.
 type Description struct {
 	Name         string          `json:"name"`
 	Title        string          `json:"title"`

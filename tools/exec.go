@@ -10,7 +10,7 @@ import (
 	"sync"
 	"time"
 
-	"connectrpc.com/connect"
+	"github.com/invopop/jsonschema"
 
 	"github.com/sandbox-mcp/sandbox-mcp/envd/client"
 	"github.com/sandbox-mcp/sandbox-mcp/manage"
@@ -50,8 +50,9 @@ func parseProcessTag(tag string) (kind, runID string, ok bool) {
 	return parts[0], parts[1], true
 }
 
-// maxTimeoutSec is the largest timeout_sec taken (then clamped to the
-// server's ceiling): anything longer is a mistake, reported as one.
+// maxTimeoutSec is the largest timeout_sec the schema takes (then clamped to
+// the server's ceiling): anything longer is a mistake, and would overflow a
+// time.Duration.
 const maxTimeoutSec = 366 * 24 * 3600
 
 // maxShellCache bounds shellCache; past it the cache starts over (a probe per
@@ -120,8 +121,13 @@ type execInput struct {
 	Cwd        string            `json:"cwd,omitempty" jsonschema_description:"Working directory, relative to the workspace root. Default: the workspace root. It must exist."`
 	Env        map[string]string `json:"env,omitempty" jsonschema_description:"Extra environment variables for this command only, as NAME: value pairs."`
 	Stdin      *string           `json:"stdin,omitempty" jsonschema_description:"Text written to the command's standard input; the input is then closed (EOF). Without it the command reads nothing. For a background process the text is written and stdin stays open for process_input."`
-	TimeoutSec *int64            `json:"timeout_sec,omitempty" jsonschema:"minimum=1,maximum=31622400" jsonschema_description:"Seconds before the command is killed (integer, at least 1). Default: the server's default timeout; values above the server's ceiling are lowered to it and the result says so. For a background process it is an optional kill deadline (none by default)."`
+	TimeoutSec *int64            `json:"timeout_sec,omitempty" jsonschema:"minimum=1" jsonschema_description:"Seconds before the command is killed (integer, at least 1). Default: the server's default timeout; values above the server's ceiling are lowered to it and the result says so. For a background process it is an optional kill deadline (none by default)."`
 	Background bool              `json:"background,omitempty" jsonschema_description:"Start the command and return at once with a process handle instead of waiting. Its stdout and stderr go to one log; follow it with process_output, feed it with process_input, stop it with process_signal."`
+}
+
+// JSONSchemaExtend publishes the limits checkExec relies on.
+func (execInput) JSONSchemaExtend(s *jsonschema.Schema) {
+	schemaProp(s, "timeout_sec").Maximum = schemaInt(maxTimeoutSec)
 }
 
 // fullOutput names the log files a run wrote, relative to the workspace.
@@ -189,13 +195,12 @@ type execPlan struct {
 // fails before one is created.
 func checkExec(d *Deps, in *execInput) (*execPlan, error) {
 	p := &execPlan{in: in}
+	// The schema checks argv's length and timeout_sec's range.
 	switch {
 	case in.Command != "" && len(in.Argv) > 0:
 		return nil, inputErr("command", "give either command (a shell string) or argv (an array), not both")
-	case in.Command == "" && in.Argv == nil:
-		return nil, inputErr("command", "missing: give command (a shell string) or argv (an array)")
 	case in.Command == "" && len(in.Argv) == 0:
-		return nil, inputErr("argv", "is empty: give the program and its arguments, like [\"ls\", \"-l\"]")
+		return nil, inputErr("command", "missing: give command (a shell string) or argv (an array)")
 	}
 	if strings.TrimSpace(in.Command) == "" && in.Command != "" {
 		return nil, inputErr("command", "is blank")
@@ -220,10 +225,6 @@ func checkExec(d *Deps, in *execInput) (*execPlan, error) {
 		}
 	}
 	switch {
-	case in.TimeoutSec != nil && *in.TimeoutSec < 1:
-		return nil, inputErr("timeout_sec", "must be a whole number of seconds, at least 1 (got %d); omit it for the default of %d s", *in.TimeoutSec, int64(d.Config.DefaultTimeout/time.Second))
-	case in.TimeoutSec != nil && *in.TimeoutSec > maxTimeoutSec:
-		return nil, inputErr("timeout_sec", "%d s is more than a year, which cannot be meant; the server's ceiling is %d s (use background: true for long work)", *in.TimeoutSec, int64(d.Config.MaxTimeout/time.Second))
 	case in.TimeoutSec != nil:
 		p.timeout = time.Duration(*in.TimeoutSec) * time.Second
 		if p.timeout > d.Config.MaxTimeout {
@@ -266,23 +267,20 @@ func runExec(ctx context.Context, d *Deps, c *Call, in *execInput) (*execOutput,
 	if err != nil {
 		return nil, err
 	}
-	r := newPathResolver(lease.Sandbox.Workdir, lease.Client)
+	r := newPathResolver(c, lease.Sandbox.Workdir, lease.Client)
 	cwd := r.root
 	if in.Cwd != "" {
-		if cwd, err = r.resolve(ctx, "cwd", in.Cwd); err != nil {
-			return nil, c.Check(err)
-		}
-		e, err := lease.Client.Stat(ctx, cwd)
+		res, err := r.resolve(ctx, "cwd", in.Cwd)
 		switch {
-		case client.IsNotFound(err):
-			return nil, inputErr("cwd", "directory %q does not exist in the workspace", in.Cwd)
 		case err != nil:
-			return nil, c.Check(err)
-		case e.Type == client.TypeSymlink:
-			// resolve checked that it stays inside; envd follows it.
-		case e.Type != client.TypeDir:
-			return nil, inputErr("cwd", "%q is a %s, not a directory", in.Cwd, e.Type)
+			return nil, err
+		case !res.exists:
+			return nil, inputErr("cwd", "directory %q does not exist in the workspace", in.Cwd)
+		case res.entry.Type != client.TypeDir:
+			return nil, inputErr("cwd", "%q is a %s, not a directory", in.Cwd, res.entry.Type)
 		}
+		// The path as given (a link stays a link in pwd); envd follows it.
+		cwd = res.abs
 	}
 	cmd := client.Command{Env: in.Env, Cwd: cwd, Timeout: plan.timeout}
 	if in.Command != "" {
@@ -323,15 +321,17 @@ func runForeground(ctx context.Context, d *Deps, c *Call, lease *manage.Lease, r
 		newStreamLog(ctx, lease.Client, claim, stdoutLogName),
 		newStreamLog(ctx, lease.Client, claim, stderrLogName),
 	}
-	meter := &outputMeter{}
 	opts := client.RunOptions{
 		StdoutLimit: d.Config.OutputLimit,
 		StderrLimit: d.Config.OutputLimit,
-		Stdout:      meter.tee(0, logs[0]),
-		Stderr:      meter.tee(1, logs[1]),
+		Stdout:      logs[0],
+		Stderr:      logs[1],
 	}
 	var stopProgress func()
 	if c.progressToken() != nil {
+		// Only a client that asked for progress pays for metering the output.
+		meter := &outputMeter{}
+		opts.Stdout, opts.Stderr = meter.tee(0, logs[0]), meter.tee(1, logs[1])
 		stop, done := make(chan struct{}), make(chan struct{})
 		go func() {
 			defer close(done)
@@ -432,7 +432,7 @@ func startBackground(ctx context.Context, d *Deps, c *Call, lease *manage.Lease,
 		timeout:   plan.timeout,
 		done:      make(chan struct{}),
 	}
-	d.procs.add(c.ws.Key, e, h, d.Manager.Generation)
+	d.procs.add(c.ws.Key, e, h)
 	if plan.in.Stdin != nil && *plan.in.Stdin != "" {
 		if err := sendInput(ctx, lease.Client, h.Pid(), []byte(*plan.in.Stdin)); err != nil {
 			if le, ok := manage.IsLost(c.Check(err)); ok {
@@ -468,15 +468,4 @@ func sendInputCounted(ctx context.Context, cli *client.Client, pid uint32, data 
 		data = data[n:]
 	}
 	return written, nil
-}
-
-// isStdinGone reports an envd error meaning the process's stdin no longer
-// takes input (closed, or the process ended).
-func isStdinGone(err error) bool {
-	if client.IsNotFound(err) {
-		return true
-	}
-	msg := err.Error()
-	return connect.CodeOf(err) == connect.CodeInternal &&
-		(strings.Contains(msg, "stdin") || strings.Contains(msg, "broken pipe") || strings.Contains(msg, "closed"))
 }

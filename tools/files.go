@@ -10,11 +10,13 @@ import (
 	"io"
 	"io/fs"
 	"path"
+	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
 
 	"connectrpc.com/connect"
+	"github.com/invopop/jsonschema"
 	"github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/sandbox-mcp/sandbox-mcp/envd/client"
@@ -35,7 +37,12 @@ const (
 // ---------------------------------------------------------------- put_files
 
 type putFilesInput struct {
-	Files []putFileSpec `json:"files" jsonschema:"required,minItems=1,maxItems=1000" jsonschema_description:"The files to write (1 to 1000). All are validated and uploaded before any is moved into place: if one fails, none is changed."`
+	Files []putFileSpec `json:"files" jsonschema:"required,minItems=1" jsonschema_description:"The files to write (1 to 1000). All are validated and uploaded before any is moved into place: if one fails, none is changed."`
+}
+
+// JSONSchemaExtend publishes the limits runPutFiles relies on.
+func (putFilesInput) JSONSchemaExtend(s *jsonschema.Schema) {
+	schemaProp(s, "files").MaxItems = schemaCount(maxPutFiles)
 }
 
 type putFileSpec struct {
@@ -81,20 +88,13 @@ type putPlan struct {
 }
 
 func runPutFiles(ctx context.Context, c *Call, in *putFilesInput) (*putFilesOutput, error) {
-	if len(in.Files) == 0 {
-		return nil, inputErr("files", "give at least one file")
-	}
-	if len(in.Files) > maxPutFiles {
-		return nil, inputErr("files", "%d files given; at most %d per call", len(in.Files), maxPutFiles)
-	}
+	// The schema checks the number of files, that paths are not empty, the
+	// encodings and the shape of modes.
 	limit := c.d.Config.MaxPutBytes
 	plans := make([]putPlan, len(in.Files))
 	var total int64
 	for i, f := range in.Files {
 		field := fmt.Sprintf("files[%d]", i)
-		if f.Path == "" {
-			return nil, inputErr(field+".path", "is empty; give a workspace-relative file path")
-		}
 		data, err := decodeContent(field, f.Content, f.Encoding)
 		if err != nil {
 			return nil, err
@@ -117,12 +117,12 @@ func runPutFiles(ctx context.Context, c *Call, in *putFilesInput) (*putFilesOutp
 	if err != nil {
 		return nil, err
 	}
-	r := newPathResolver(lease.Sandbox.Workdir, lease.Client)
+	r := newPathResolver(c, lease.Sandbox.Workdir, lease.Client)
 	items := make([]uploadItem, len(in.Files))
 	seen := map[string]int{}
 	for i, f := range in.Files {
 		field := fmt.Sprintf("files[%d].path", i)
-		dest, shown, err := resolveFileDest(ctx, c, r, field, f.Path)
+		dest, shown, err := resolveFileDest(ctx, r, field, f.Path)
 		if err != nil {
 			return nil, err
 		}
@@ -138,7 +138,7 @@ func runPutFiles(ctx context.Context, c *Call, in *putFilesInput) (*putFilesOutp
 			hasMode: plans[i].hasMode,
 		}
 	}
-	batch := &uploadBatch{c: c, cli: lease.Client, root: r.root, items: items, progress: progressReporter(ctx, c, len(items), "uploaded")}
+	batch := &uploadBatch{c: c, r: r, items: items, progress: progressReporter(ctx, c, len(items), "uploaded")}
 	results, err := batch.run(ctx)
 	if err != nil {
 		return nil, err
@@ -154,22 +154,18 @@ func runPutFiles(ctx context.Context, c *Call, in *putFilesInput) (*putFilesOutp
 // workspace, not the root, not ending in "/". It returns the path to write
 // (a symlink resolved to its target, so the link survives) and the
 // workspace-relative path to show.
-func resolveFileDest(ctx context.Context, c *Call, r *pathResolver, field, p string) (dest, shown string, err error) {
+func resolveFileDest(ctx context.Context, r *pathResolver, field, p string) (dest, shown string, err error) {
 	if strings.HasSuffix(p, "/") {
 		return "", "", inputErr(field, "path %q ends with /; give the path of a file", p)
 	}
-	abs, err := resolveIn(ctx, c, r, field, p)
+	res, err := r.resolve(ctx, field, p)
 	if err != nil {
 		return "", "", err
 	}
-	if abs == r.root {
+	if res.abs == r.root {
 		return "", "", inputErr(field, "path %q is the workspace root; give the path of a file", p)
 	}
-	real, err := followIn(ctx, c, r, field, p, abs)
-	if err != nil {
-		return "", "", err
-	}
-	return real, r.rel(abs), nil
+	return res.real, r.rel(res.abs), nil
 }
 
 // decodeContent decodes a put_files content by its encoding. Base64 may be
@@ -227,12 +223,17 @@ func progressReporter(ctx context.Context, c *Call, total int, verb string) func
 // --------------------------------------------------------------- read_files
 
 type readFilesInput struct {
-	Paths     []string `json:"paths" jsonschema:"required,minItems=1,maxItems=100" jsonschema_description:"Workspace-relative paths of the files to read (1 to 100)."`
+	Paths     []string `json:"paths" jsonschema:"required,minItems=1" jsonschema_description:"Workspace-relative paths of the files to read (1 to 100)."`
 	Offset    int64    `json:"offset,omitempty" jsonschema:"minimum=0" jsonschema_description:"Byte offset to start reading at, in every file (default 0). Use a file's next_offset to continue where a truncated read stopped. Not combinable with start_line."`
 	Limit     int64    `json:"limit,omitempty" jsonschema:"minimum=1" jsonschema_description:"Maximum bytes to return per file. Default and ceiling: the server's read cap (workspace_info shows max_read_bytes), which also bounds the whole call."`
 	Encoding  string   `json:"encoding,omitempty" jsonschema:"enum=auto,enum=text,enum=base64,default=auto" jsonschema_description:"auto (default): text when the bytes are UTF-8 without NUL bytes, otherwise base64, and PNG/JPEG/GIF/WebP images read whole come back as images. text: always text, invalid bytes replaced by U+FFFD. base64: always base64."`
 	StartLine int64    `json:"start_line,omitempty" jsonschema:"minimum=1" jsonschema_description:"Read by lines instead of bytes: the first line to return (1-based). The result's next_line continues after the last line returned."`
 	MaxLines  int64    `json:"max_lines,omitempty" jsonschema:"minimum=1" jsonschema_description:"Read by lines: at most this many lines (from start_line, default 1). The byte caps still apply."`
+}
+
+// JSONSchemaExtend publishes the limits runReadFiles relies on.
+func (readFilesInput) JSONSchemaExtend(s *jsonschema.Schema) {
+	schemaProp(s, "paths").MaxItems = schemaCount(maxReadPaths)
 }
 
 type readFilesOutput struct {
@@ -309,26 +310,9 @@ type fileReader struct {
 
 func runReadFiles(ctx context.Context, c *Call, in *readFilesInput) (*readFilesOutput, error) {
 	cfg := c.d.Config
-	switch {
-	case len(in.Paths) == 0:
-		return nil, inputErr("paths", "give at least one path")
-	case len(in.Paths) > maxReadPaths:
-		return nil, inputErr("paths", "%d paths given; at most %d per call", len(in.Paths), maxReadPaths)
-	case in.Offset < 0:
-		return nil, inputErr("offset", "%d is negative", in.Offset)
-	case in.Limit < 0:
-		return nil, inputErr("limit", "%d is negative", in.Limit)
-	case in.StartLine < 0:
-		return nil, inputErr("start_line", "%d is not a line number (lines start at 1)", in.StartLine)
-	case in.MaxLines < 0:
-		return nil, inputErr("max_lines", "%d is negative", in.MaxLines)
-	case in.Offset > 0 && (in.StartLine > 0 || in.MaxLines > 0):
+	// The schema checks the number of paths, the ranges and the encoding.
+	if in.Offset > 0 && (in.StartLine > 0 || in.MaxLines > 0) {
 		return nil, inputErr("offset", "give either offset (bytes) or start_line/max_lines (lines), not both")
-	}
-	switch in.Encoding {
-	case "", "auto", "text", "base64":
-	default:
-		return nil, inputErr("encoding", "%q is not an encoding; use auto, text or base64", in.Encoding)
 	}
 	fr := &fileReader{
 		c: c, encoding: in.Encoding, offset: in.Offset, limit: cfg.MaxReadBytes,
@@ -349,7 +333,7 @@ func runReadFiles(ctx context.Context, c *Call, in *readFilesInput) (*readFilesO
 		return nil, err
 	}
 	fr.cli = lease.Client
-	fr.r = newPathResolver(lease.Sandbox.Workdir, lease.Client)
+	fr.r = newPathResolver(c, lease.Sandbox.Workdir, lease.Client)
 
 	out := &readFilesOutput{Files: make([]readFileEntry, 0, len(in.Paths))}
 	var failures []error
@@ -389,22 +373,17 @@ func (fr *fileReader) read(ctx context.Context, field, p string) (readFileEntry,
 	if p == "" {
 		return e, inputErr(field, "is empty; give a workspace-relative file path")
 	}
-	abs, err := resolveIn(ctx, fr.c, fr.r, field, p)
-	if err != nil {
-		return e, err
+	res, err := fr.r.resolve(ctx, field, p)
+	if res.abs != "" {
+		e.Path = fr.r.rel(res.abs)
 	}
-	e.Path = fr.r.rel(abs)
-	real, err := followIn(ctx, fr.c, fr.r, field, p, abs)
 	if err != nil {
-		return e, err
+		return e, fr.relError(err)
 	}
-	st, err := fr.cli.Stat(ctx, real)
-	if err != nil {
-		if client.IsNotFound(err) {
-			return e, connect.NewError(connect.CodeNotFound, fmt.Errorf("file %q does not exist in the workspace", e.Path))
-		}
-		return e, fr.relError(fr.c.Check(err))
+	if !res.exists {
+		return e, connect.NewError(connect.CodeNotFound, fmt.Errorf("file %q does not exist in the workspace", e.Path))
 	}
+	st, real := res.entry, res.real
 	switch st.Type {
 	case client.TypeFile:
 	case client.TypeDir:
@@ -457,7 +436,7 @@ func (fr *fileReader) readRange(ctx context.Context, e *readFileEntry, real stri
 		return nil
 	}
 	want := min(fr.limit, fr.budget, e.Size-e.Offset)
-	data, size, err := fr.download(ctx, real, e.Offset, want)
+	data, size, err := readRange(ctx, fr.cli, real, e.Offset, want)
 	if err != nil {
 		return err
 	}
@@ -475,21 +454,30 @@ func (fr *fileReader) readRange(ctx context.Context, e *readFileEntry, real stri
 	return nil
 }
 
-// download returns the bytes [offset, offset+n) and the file's size.
-func (fr *fileReader) download(ctx context.Context, real string, offset, n int64) ([]byte, int64, error) {
-	dl, err := fr.cli.DownloadRange(ctx, real, offset, n)
+// readRange returns the bytes [offset, offset+n) of the sandbox file abs
+// (fewer at its end) and the file's size: as envd reported it, or the end of
+// what was read when that is further (the file grew) or the size is unknown.
+// Only io.EOF means the file is shorter; any other error (a body cut
+// mid-stream included) is returned, as it may mean a lost sandbox.
+func readRange(ctx context.Context, cli *client.Client, abs string, offset, n int64) ([]byte, int64, error) {
+	dl, err := cli.DownloadRange(ctx, abs, offset, n)
 	if err != nil {
 		return nil, 0, err
 	}
 	defer dl.Close()
-	// n is known and bounded by the read cap: one allocation, no regrowth.
-	// Only io.EOF means the file is shorter now; any other error (a body
-	// cut mid-stream included) is reported, as it may mean a lost sandbox.
-	data := make([]byte, n)
-	got := 0
-	for got < len(data) {
-		m, err := dl.Read(data[got:])
-		got += m
+	// One allocation of what the file holds there, at most n; more room is
+	// made only if the file grew since the response began.
+	want := n
+	if dl.Size >= 0 {
+		want = min(n, max(dl.Size-offset, 0))
+	}
+	data := make([]byte, 0, want)
+	for int64(len(data)) < n {
+		if len(data) == cap(data) {
+			data = slices.Grow(data, int(min(n-int64(len(data)), max(int64(len(data)), 512))))
+		}
+		m, err := dl.Read(data[len(data):min(cap(data), int(n))])
+		data = data[:len(data)+m]
 		if err == io.EOF {
 			break
 		}
@@ -497,10 +485,9 @@ func (fr *fileReader) download(ctx context.Context, real string, offset, n int64
 			return nil, 0, err
 		}
 	}
-	data = data[:got]
 	size := dl.Size
-	if size < 0 {
-		size = offset + int64(len(data))
+	if end := offset + int64(len(data)); size < 0 || len(data) > 0 && size < end {
+		size = end
 	}
 	return data, size, nil
 }
@@ -646,7 +633,7 @@ func (fr *fileReader) render(e *readFileEntry, data []byte, atEOF, whole bool) {
 	}
 	text := data
 	if !atEOF {
-		text = trimCutRune(data)
+		text = trimIncompleteSuffix(data)
 	}
 	switch {
 	case fr.encoding == "base64":
@@ -666,20 +653,6 @@ func (fr *fileReader) render(e *readFileEntry, data []byte, atEOF, whole bool) {
 	}
 	e.Encoding, e.Bytes = "base64", int64(len(data))
 	e.Content = base64.StdEncoding.EncodeToString(data)
-}
-
-// trimCutRune drops an incomplete UTF-8 sequence at the end of b, left by a
-// range that ended inside a character. Anything else is left alone.
-func trimCutRune(b []byte) []byte {
-	for i := len(b) - 1; i >= 0 && i >= len(b)-utf8.UTFMax; i-- {
-		if utf8.RuneStart(b[i]) {
-			if !utf8.FullRune(b[i:]) {
-				return b[:i]
-			}
-			return b
-		}
-	}
-	return b
 }
 
 // imageType returns the MIME type of an image format models can view, by
@@ -711,9 +684,15 @@ func fileErrorText(err error) string {
 
 type listFilesInput struct {
 	Path       string `json:"path,omitempty" jsonschema:"default=." jsonschema_description:"Workspace-relative directory to list (default: the workspace root). A file gives just its own entry."`
-	Depth      int    `json:"depth,omitempty" jsonschema:"minimum=1,maximum=10" jsonschema_description:"How many levels to descend: 1 lists only the directory's entries. Default 2, or enough for glob (10 when it contains **)."`
+	Depth      int    `json:"depth,omitempty" jsonschema:"minimum=1" jsonschema_description:"How many levels to descend: 1 lists only the directory's entries. Default 2, or enough for glob (10 when it contains **)."`
 	Glob       string `json:"glob,omitempty" jsonschema_description:"Only entries whose workspace-relative path (or path relative to path) matches: * and ? within a name, [abc] classes, ** for any number of directories (for example **/*.go)."`
-	MaxEntries int    `json:"max_entries,omitempty" jsonschema:"minimum=1,maximum=5000" jsonschema_description:"At most this many entries are returned (default 1000); total says how many matched."`
+	MaxEntries int    `json:"max_entries,omitempty" jsonschema:"minimum=1" jsonschema_description:"At most this many entries are returned (default 1000); total says how many matched."`
+}
+
+// JSONSchemaExtend publishes the limits runListFiles relies on.
+func (listFilesInput) JSONSchemaExtend(s *jsonschema.Schema) {
+	schemaProp(s, "depth").Maximum = schemaInt(maxListDepth)
+	schemaProp(s, "max_entries").Maximum = schemaInt(maxListEntries)
 }
 
 type listFilesOutput struct {
@@ -751,12 +730,7 @@ func ListFiles(d *Deps) Tool {
 }
 
 func runListFiles(ctx context.Context, c *Call, in *listFilesInput) (*listFilesOutput, error) {
-	if in.Depth < 0 || in.Depth > maxListDepth {
-		return nil, inputErr("depth", "%d is out of range; give 1 to %d", in.Depth, maxListDepth)
-	}
-	if in.MaxEntries < 0 || in.MaxEntries > maxListEntries {
-		return nil, inputErr("max_entries", "%d is out of range; give 1 to %d", in.MaxEntries, maxListEntries)
-	}
+	// The schema checks the ranges of depth and max_entries.
 	maxEntries := in.MaxEntries
 	if maxEntries == 0 {
 		maxEntries = defaultListEntries
@@ -788,24 +762,17 @@ func runListFiles(ctx context.Context, c *Call, in *listFilesInput) (*listFilesO
 		return nil, err
 	}
 	cli := lease.Client
-	r := newPathResolver(lease.Sandbox.Workdir, cli)
-	abs, err := resolveIn(ctx, c, r, "path", p)
+	r := newPathResolver(c, lease.Sandbox.Workdir, cli)
+	res, err := r.resolve(ctx, "path", p)
 	if err != nil {
 		return nil, err
 	}
-	real, err := followIn(ctx, c, r, "path", p, abs)
-	if err != nil {
-		return nil, err
-	}
-	base := r.rel(abs)
+	abs, base := res.abs, r.rel(res.abs)
 	out := &listFilesOutput{Path: base, Entries: []fileEntry{}}
-	st, err := cli.Stat(ctx, real)
-	if err != nil {
-		if client.IsNotFound(err) {
-			return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("%q does not exist in the workspace", base))
-		}
-		return nil, c.Check(err)
+	if !res.exists {
+		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("%q does not exist in the workspace", base))
 	}
+	st := res.entry
 	var entries []client.Entry
 	if st.Type == client.TypeDir {
 		if entries, err = cli.ListDir(ctx, abs, uint32(depth)); err != nil {

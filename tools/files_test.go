@@ -128,12 +128,12 @@ func TestUploadBatchRollback(t *testing.T) {
 	h := newHarness(t, harnessOptions{})
 	h.sbWrite("keep.txt", "old")
 	l := h.lease()
-	c := &Call{d: h.deps, ws: h.ws, tool: "test", lease: l}
+	c := &Call{ctx: context.Background(), d: h.deps, ws: h.ws, tool: "test", lease: l}
 	root := l.Sandbox.Workdir
 	content := func(s string) func() (io.ReadCloser, error) {
 		return func() (io.ReadCloser, error) { return io.NopCloser(strings.NewReader(s)), nil }
 	}
-	b := &uploadBatch{c: c, cli: l.Client, root: root, items: []uploadItem{
+	b := &uploadBatch{c: c, r: newPathResolver(c, root, l.Client), items: []uploadItem{
 		{dest: path.Join(root, "keep.txt"), shown: "keep.txt", open: content("new")},
 		{dest: path.Join(root, "newdir/sub/a.txt"), shown: "newdir/sub/a.txt", open: content("a")},
 		{dest: path.Join(root, "newdir/b.txt"), shown: "newdir/b.txt", open: func() (io.ReadCloser, error) { return nil, errors.New("disk on fire") }},
@@ -162,7 +162,7 @@ func TestUploadBatchRollback(t *testing.T) {
 	// A rename failing after an earlier one succeeded says which files were
 	// written (a name too long for the file system fails only at the rename).
 	long := strings.Repeat("x", 300)
-	b = &uploadBatch{c: c, cli: l.Client, root: root, fresh: true, items: []uploadItem{
+	b = &uploadBatch{c: c, r: newPathResolver(c, root, l.Client), fresh: true, items: []uploadItem{
 		{dest: path.Join(root, "p/first.txt"), shown: "p/first.txt", open: content("1")},
 		{dest: path.Join(root, "p", long), shown: "p/" + long, open: content("2")},
 	}}

@@ -14,8 +14,9 @@ import (
 
 // FuzzDecodeFileTools feeds arbitrary JSON to the handlers of put_files,
 // read_files, list_files, stage_inputs, collect_outputs, workspace_info and
-// workspace_reset, bypassing schema validation (decodeArgs is the only
-// gate): a handler must never panic and must always return a result.
+// workspace_reset, without the MCP layer in between (each handler still
+// validates against its schema, then decodes): a handler must never panic
+// and must always return a result.
 // The sandbox is real, with a stage root and an artifact store, so decoded
 // calls reach the code behind the checks too.
 func FuzzDecodeFileTools(f *testing.F) {

@@ -115,7 +115,8 @@ func readOne(h *harness, args map[string]any) readFileEntry {
 }
 
 // rawCallRequest builds a tools/call request with raw JSON arguments, for
-// calling a handler directly (no schema validation in between).
+// calling a handler directly (no MCP layer in between; the handler still
+// validates the arguments against its schema).
 func rawCallRequest(name, rawArgs string) mcp.CallToolRequest {
 	req := mcp.CallToolRequest{}
 	req.Params.Name = name

@@ -172,9 +172,9 @@ func waitFor(t testing.TB, what string, cond func() bool) {
 	}
 }
 
-// newToolServer builds what newHarness builds (a real MCP server with every
-// tool over m, bound to workspace ws, and an in-process client) for any
-// testing.TB: benchmarks, and the "restarted server" of the process tests.
+// newToolServer builds a real MCP server with every tool over m, bound to
+// workspace ws, and an in-process client: newHarness builds on it, and the
+// process tests use it for a "restarted server" over the same sandboxes.
 func newToolServer(tb testing.TB, m *manage.Manager, cfg Config, ws Workspace) (*Deps, *server.MCPServer, *client.Client) {
 	tb.Helper()
 	d := NewDeps(m, cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))

@@ -2,6 +2,7 @@ package tools
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -306,15 +307,6 @@ type streamLog struct {
 // errUploadEnded is what a write sees when the upload returned early.
 var errUploadEnded = errors.New("the log upload ended before the output did")
 
-func cmpOr(errs ...error) error {
-	for _, err := range errs {
-		if err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
 func newStreamLog(ctx context.Context, cli *client.Client, claim *runClaim, name string) *streamLog {
 	return &streamLog{ctx: ctx, cli: cli, claim: claim, name: name}
 }
@@ -337,7 +329,7 @@ func (l *streamLog) Write(p []byte) (int, error) {
 		go func() {
 			err := l.cli.Upload(l.ctx, l.abs, pr, client.UploadOptions{})
 			// Unblock a writer the upload stopped reading from.
-			pr.CloseWithError(cmpOr(err, errUploadEnded))
+			pr.CloseWithError(cmp.Or(err, errUploadEnded))
 			l.uploadc <- err
 		}()
 	}
@@ -365,14 +357,19 @@ func (l *streamLog) finish() (string, error) {
 }
 
 // outputMeter counts a run's output and remembers its last line, for
-// progress messages. It is safe for concurrent use.
+// progress messages. It keeps raw bytes only; they are cleaned when a
+// message is rendered. It is safe for concurrent use.
 type outputMeter struct {
 	mu      sync.Mutex
 	bytes   [2]int64
-	partial [2][]byte // the current unfinished line of each stream (bounded)
-	last    string    // the most recent complete, non-blank line
+	partial [2][]byte // the start of each stream's unfinished line (bounded)
+	last    []byte    // the start of the most recent complete, non-blank line (bounded)
 	lastAt  int       // the stream last heard from
 }
+
+// maxLineBytes bounds the raw bytes kept of a line: enough for lastLineCap
+// characters of any width.
+const maxLineBytes = 4 * lastLineCap
 
 // tee returns a writer that meters stream i (0 stdout, 1 stderr) and passes
 // the bytes on to next.
@@ -392,29 +389,57 @@ func (m *outputMeter) observe(i int, p []byte) {
 	defer m.mu.Unlock()
 	m.bytes[i] += int64(len(p))
 	m.lastAt = i
-	for len(p) > 0 {
-		j := bytes.IndexAny(p[:min(len(p), 1<<16)], "\r\n")
-		if j < 0 && len(p) > 1<<16 {
-			// A very long line: keep its start and skip ahead.
-			m.partial[i] = appendCapped(m.partial[i], p[:1<<16])
-			p = p[1<<16:]
-			continue
-		}
-		if j < 0 {
-			m.partial[i] = appendCapped(m.partial[i], p)
-			return
-		}
-		line := appendCapped(m.partial[i], p[:j])
-		if s := cleanLine(line); s != "" {
-			m.last = s
-		}
-		m.partial[i] = m.partial[i][:0]
-		p = p[j+1:]
+	j := lastLineBreak(p)
+	if j < 0 {
+		m.partial[i] = appendCapped(m.partial[i], p)
+		return
 	}
+	// p completes lines up to j: the last non-blank one is the last line.
+	end := j
+	for {
+		k := lastLineBreak(p[:end])
+		if k < 0 {
+			// The first line of p continues the unfinished one.
+			line := appendCapped(m.partial[i], p[:end])
+			if !isBlankLine(line) {
+				m.last = append(m.last[:0], line...)
+			}
+			break
+		}
+		if line := p[k+1 : end]; !isBlankLine(line[:min(len(line), maxLineBytes)]) {
+			m.last = append(m.last[:0], line[:min(len(line), maxLineBytes)]...)
+			break
+		}
+		end = k
+	}
+	m.partial[i] = appendCapped(m.partial[i][:0], p[j+1:])
+}
+
+// lastLineBreak returns the index of the last \n or \r in p, or -1. It reads
+// p back from its end only as far as its last \n.
+func lastLineBreak(p []byte) int {
+	j := bytes.LastIndexByte(p, '\n')
+	if k := bytes.LastIndexByte(p[j+1:], '\r'); k >= 0 {
+		return j + 1 + k
+	}
+	return j
+}
+
+// isBlankLine reports whether cleanLine would make b empty: it holds only
+// control and space characters.
+func isBlankLine(b []byte) bool {
+	for len(b) > 0 {
+		r, n := utf8.DecodeRune(b)
+		if !unicode.IsControl(r) && !unicode.IsSpace(r) {
+			return false
+		}
+		b = b[n:]
+	}
+	return true
 }
 
 func appendCapped(b, p []byte) []byte {
-	if room := 4*lastLineCap - len(b); room > 0 {
+	if room := maxLineBytes - len(b); room > 0 {
 		b = append(b, p[:min(room, len(p))]...)
 	}
 	return b
@@ -448,7 +473,7 @@ func (m *outputMeter) message(elapsed time.Duration) string {
 	}
 	last := cleanLine(m.partial[m.lastAt])
 	if last == "" {
-		last = m.last
+		last = cleanLine(m.last)
 	}
 	if last != "" {
 		b.WriteString(", last line: ")

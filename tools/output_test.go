@@ -87,8 +87,27 @@ func TestOutputMeter(t *testing.T) {
 	errw := m.tee(1, writerFunc(func(p []byte) (int, error) { return len(p), nil }))
 	out.Write([]byte("configure\ncompil"))
 	out.Write([]byte("ing foo.c\n\n  \n"))
+	// The line that continued across writes, not the blank ones after it.
+	if got := m.message(2 * time.Second); got != "2 s, 30 B stdout, last line: compiling foo.c" {
+		t.Fatal(got)
+	}
 	errw.Write([]byte("warn\x1b[0m: x\r"))
 	if got := m.message(3 * time.Second); got != "3 s, 30 B stdout, 12 B stderr, last line: warn [0m: x" {
+		t.Fatal(got)
+	}
+	// Of several lines in one write, the last non-blank one counts.
+	m2 := &outputMeter{}
+	m2.observe(0, []byte("one\ntwo\r\n \x01\nthree"))
+	m2.observe(0, []byte("\n\n"))
+	if got := m2.message(0); got != "0 s, 19 B stdout, last line: three" {
+		t.Fatal(got)
+	}
+	m2.observe(0, []byte("four\nfive\r\n\t\n"))
+	if got := m2.message(0); !strings.HasSuffix(got, "last line: five") {
+		t.Fatal(got)
+	}
+	m2.observe(0, []byte("six\n"+strings.Repeat("\r\n", 1<<16)))
+	if got := m2.message(0); !strings.HasSuffix(got, "last line: six") {
 		t.Fatal(got)
 	}
 	// An unfinished line is quoted as the last line.

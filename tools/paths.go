@@ -16,15 +16,35 @@ const maxLinkHops = 40
 // pathResolver maps the model's workspace-relative paths to absolute paths
 // in the sandbox, refusing anything that leaves the workspace: "..", an
 // absolute path elsewhere, or a symlink (checked through envd) that points
-// outside. It caches what it learned for the rest of the call.
+// outside. It remembers what envd said of each path it examined (entries and
+// misses) for the rest of the call: a call that changes the workspace and
+// then resolves again uses a new resolver.
 type pathResolver struct {
-	root  string // the workspace root inside the sandbox
-	cli   *client.Client
-	links map[string]string // absolute path → resolved target, or "" when not a link
+	c    *Call
+	root string // the workspace root inside the sandbox
+	cli  *client.Client
+	seen map[string]seenPath // absolute path → what Stat said (links not followed)
 }
 
-func newPathResolver(root string, cli *client.Client) *pathResolver {
-	return &pathResolver{root: path.Clean(root), cli: cli, links: map[string]string{}}
+// seenPath is what the resolver learned of one path.
+type seenPath struct {
+	entry   client.Entry
+	missing bool
+}
+
+func newPathResolver(c *Call, root string, cli *client.Client) *pathResolver {
+	return &pathResolver{c: c, root: path.Clean(root), cli: cli, seen: map[string]seenPath{}}
+}
+
+// resolved is a checked path.
+type resolved struct {
+	// abs is the lexical absolute path: what acts on a symlink itself.
+	abs string
+	// real is abs with every symlink resolved.
+	real string
+	// entry is what real is, when exists.
+	entry  client.Entry
+	exists bool
 }
 
 // within reports whether p (clean, absolute) is the root or below it.
@@ -52,22 +72,64 @@ func (r *pathResolver) lexical(field, p string) (string, error) {
 	return abs, nil
 }
 
-// resolve is lexical plus the symlink check: every existing component is
-// examined, and a link whose target lies outside the workspace is refused.
-// It returns the lexical path (operations act on links themselves).
-func (r *pathResolver) resolve(ctx context.Context, field, p string) (string, error) {
+// resolve checks p: lexically, then every existing component through envd,
+// refusing a symlink whose target lies outside the workspace. It returns
+// the lexical path, the path with links resolved and what that is. On an
+// error, abs is set when p passed the lexical check. Errors of the sandbox
+// come back through Call.Check.
+func (r *pathResolver) resolve(ctx context.Context, field, p string) (resolved, error) {
 	abs, err := r.lexical(field, p)
 	if err != nil {
-		return "", err
+		return resolved{}, err
 	}
-	if _, err := r.follow(ctx, field, p, abs); err != nil {
-		return "", err
+	res := resolved{abs: abs}
+	if res.real, err = r.follow(ctx, field, p, abs); err != nil {
+		return res, r.c.Check(err)
 	}
-	return abs, nil
+	if res.entry, res.exists, err = r.stat(ctx, res.real); err != nil {
+		return res, r.c.Check(err)
+	}
+	return res, nil
+}
+
+// stat returns what p (clean, absolute) is, links not followed, and whether
+// it exists: from what the resolver saw when it can tell (below a missing
+// path nothing exists), else from envd. Errors are envd's, unchecked.
+func (r *pathResolver) stat(ctx context.Context, p string) (client.Entry, bool, error) {
+	if e, exists, known := r.known(p); known {
+		return e, exists, nil
+	}
+	e, err := r.cli.Stat(ctx, p)
+	if client.IsNotFound(err) {
+		r.seen[p] = seenPath{missing: true}
+		return client.Entry{}, false, nil
+	}
+	if err != nil {
+		return client.Entry{}, false, err
+	}
+	r.seen[p] = seenPath{entry: e}
+	return e, true, nil
+}
+
+// known is stat without asking envd; known is false when the resolver
+// cannot tell.
+func (r *pathResolver) known(p string) (e client.Entry, exists, known bool) {
+	if s, ok := r.seen[p]; ok {
+		return s.entry, !s.missing, true
+	}
+	for q := path.Dir(p); ; q = path.Dir(q) {
+		if s, ok := r.seen[q]; ok && s.missing {
+			return client.Entry{}, false, true
+		}
+		if q == "/" || q == "." {
+			return client.Entry{}, false, false
+		}
+	}
 }
 
 // follow returns abs with every symlink resolved, failing when a link leads
-// outside the workspace.
+// outside the workspace. Below a missing component it stops: nothing there
+// exists to be a link.
 func (r *pathResolver) follow(ctx context.Context, field, orig, abs string) (string, error) {
 	rest := strings.Split(strings.TrimPrefix(strings.TrimPrefix(abs, r.root), "/"), "/")
 	cur := r.root
@@ -86,36 +148,29 @@ func (r *pathResolver) follow(ctx context.Context, field, orig, abs string) (str
 			continue
 		}
 		next := path.Join(cur, name)
-		target, known := r.links[next]
-		if !known {
-			e, err := r.cli.Stat(ctx, next)
-			if client.IsNotFound(err) {
-				// Nothing below a missing component exists to be a link.
-				return path.Join(append([]string{next}, rest...)...), nil
-			}
-			if connect.CodeOf(err) == connect.CodePermissionDenied {
-				// A daemon that confines paths itself (envd --confine)
-				// refuses a link that leads outside before we see it.
-				return "", inputErr(field, "path %q resolves (through a symlink) outside the workspace; refused", orig)
-			}
-			if err != nil {
-				return "", err
-			}
-			if e.Type == client.TypeSymlink {
-				target = e.SymlinkTarget
-				if target == "" {
-					target = "."
-				}
-			}
-			r.links[next] = target
+		e, exists, err := r.stat(ctx, next)
+		if connect.CodeOf(err) == connect.CodePermissionDenied {
+			// A daemon that confines paths itself (envd --confine)
+			// refuses a link that leads outside before we see it.
+			return "", inputErr(field, "path %q resolves (through a symlink) outside the workspace; refused", orig)
 		}
-		if target == "" {
+		if err != nil {
+			return "", err
+		}
+		if !exists {
+			return path.Join(append([]string{next}, rest...)...), nil
+		}
+		if e.Type != client.TypeSymlink {
 			cur = next
 			continue
 		}
 		hops++
 		if hops > maxLinkHops {
 			return "", inputErr(field, "path %q has too many levels of symbolic links", orig)
+		}
+		target := e.SymlinkTarget
+		if target == "" {
+			target = "."
 		}
 		var resolved string
 		if path.IsAbs(target) {
@@ -135,14 +190,19 @@ func (r *pathResolver) follow(ctx context.Context, field, orig, abs string) (str
 }
 
 // rel returns abs relative to the workspace root ("." for the root).
-func (r *pathResolver) rel(abs string) string {
-	if abs == r.root {
+func (r *pathResolver) rel(abs string) string { return relPath(r.root, abs) }
+
+// relPath returns abs relative to the workspace root root ("." for the
+// root), for messages; a path outside it is returned as is.
+func relPath(root, abs string) string {
+	root = path.Clean(root)
+	if abs == root {
 		return "."
 	}
-	if r.root == "/" {
+	if root == "/" {
 		return strings.TrimPrefix(abs, "/")
 	}
-	if s, ok := strings.CutPrefix(abs, r.root+"/"); ok {
+	if s, ok := strings.CutPrefix(abs, root+"/"); ok {
 		return s
 	}
 	return abs

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"path"
 	"slices"
 	"strconv"
@@ -13,6 +12,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"github.com/invopop/jsonschema"
 
 	"github.com/sandbox-mcp/sandbox-mcp/envd/client"
 	"github.com/sandbox-mcp/sandbox-mcp/manage"
@@ -165,8 +165,8 @@ func endFromResult(res *client.Result, err error) procEnd {
 
 // processRegistry remembers the background processes of each workspace for
 // its current generation, in memory: running ones until they end, and the
-// last maxEndedProcesses ended ones. It is safe for concurrent use; the zero
-// value is ready.
+// last maxEndedProcesses ended ones, until the workspace's session ends
+// (drop). It is safe for concurrent use; the zero value is ready.
 type processRegistry struct {
 	mu     sync.Mutex
 	spaces map[string]*procSpace
@@ -180,10 +180,7 @@ type procSpace struct {
 
 // add records e for workspace key and, when h is set, follows it until it
 // ends. An entry of an older generation than the workspace's is not kept.
-// generation reports the workspace's current generation (0 once it is
-// gone), so the state of workspaces that ended is dropped with their last
-// process.
-func (r *processRegistry) add(key string, e *procEntry, h *client.Handle, generation func(key string) int64) {
+func (r *processRegistry) add(key string, e *procEntry, h *client.Handle) {
 	r.mu.Lock()
 	if r.spaces == nil {
 		r.spaces = map[string]*procSpace{}
@@ -202,12 +199,13 @@ func (r *processRegistry) add(key string, e *procEntry, h *client.Handle, genera
 		go func() {
 			res, err := h.Wait(context.Background())
 			r.finish(key, e, endFromResult(res, err))
-			r.prune(key, generation(key))
 		}()
 	}
 }
 
 // finish records e's end and forgets the oldest ended entries past the bound.
+// An entry no longer in the registry (its workspace ended, or a newer
+// sandbox replaced it) only learns its end.
 func (r *processRegistry) finish(key string, e *procEntry, end procEnd) {
 	e.setEnd(end)
 	r.mu.Lock()
@@ -226,20 +224,11 @@ func (r *processRegistry) finish(key string, e *procEntry, end procEnd) {
 	}
 }
 
-// prune forgets key's processes when its sandbox is no longer generation
-// gen's (reset, recreated or gone) and none of them is still followed.
-func (r *processRegistry) prune(key string, gen int64) {
+// drop forgets everything about key's processes (its session ended). The
+// followers of processes still running only record their end in the entry.
+func (r *processRegistry) drop(key string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	sp := r.spaces[key]
-	if sp == nil || sp.gen == gen {
-		return
-	}
-	for _, e := range sp.byPid {
-		if _, ended := e.state(); !ended {
-			return
-		}
-	}
 	delete(r.spaces, key)
 }
 
@@ -298,11 +287,10 @@ func findProcess(ctx context.Context, d *Deps, c *Call, field, handle string) (*
 	if !ok {
 		return nil, nil, inputErr(field, "%q is not a process handle; pass the process value workspace_exec returned with background: true (like g1-p42), or see process_list", handle)
 	}
-	// Refuse a handle of a replaced sandbox before touching the current one.
-	if cur := d.Manager.Generation(c.ws.Key); cur != 0 && ref.gen < cur {
-		if err := d.Manager.CheckHandle(c.ws.Key, handle, ref.gen); err != nil {
-			return nil, nil, err
-		}
+	// Refuse a handle of a replaced sandbox before touching the current one;
+	// the lease tells again once acquired (it may be newer still).
+	if err := d.Manager.CheckHandle(c.ws.Key, handle, ref.gen); err != nil {
+		return nil, nil, err
 	}
 	lease, err := c.Sandbox(ctx)
 	if err != nil {
@@ -333,6 +321,15 @@ func findProcess(ctx context.Context, d *Deps, c *Call, field, handle string) (*
 // left in the runs directory, with status unknown. known is the entry being
 // refreshed (its stream broke), if any.
 func recoverProcess(ctx context.Context, d *Deps, c *Call, lease *manage.Lease, ref handleRef, known *procEntry) (*procEntry, error) {
+	live, err := lease.Client.List(ctx)
+	if err != nil {
+		return nil, c.Check(err)
+	}
+	return adoptProcess(ctx, d, c, lease, ref, known, live)
+}
+
+// adoptProcess is recoverProcess with envd's process list at hand.
+func adoptProcess(ctx context.Context, d *Deps, c *Call, lease *manage.Lease, ref handleRef, known *procEntry, live []client.ProcessInfo) (*procEntry, error) {
 	cli := lease.Client
 	runsAbs := path.Join(lease.Sandbox.Workdir, runsDir)
 	gen := lease.Generation
@@ -342,10 +339,6 @@ func recoverProcess(ctx context.Context, d *Deps, c *Call, lease *manage.Lease, 
 	}
 	if known != nil {
 		pid, runID = known.pid, known.runID
-	}
-	live, err := cli.List(ctx)
-	if err != nil {
-		return nil, c.Check(err)
 	}
 	var running *client.ProcessInfo
 	for i, p := range live {
@@ -406,7 +399,7 @@ func recoverProcess(ctx context.Context, d *Deps, c *Call, lease *manage.Lease, 
 		}
 		h, err := cli.Connect(ctx, client.ByPid(pid), client.StartOptions{StdoutLimit: -1, StderrLimit: -1})
 		if err == nil {
-			d.procs.add(c.ws.Key, e, h, d.Manager.Generation)
+			d.procs.add(c.ws.Key, e, h)
 			return e, nil
 		}
 		if !client.IsNotFound(err) {
@@ -420,7 +413,7 @@ func recoverProcess(ctx context.Context, d *Deps, c *Call, lease *manage.Lease, 
 			detail = end.detail + "; it is no longer running"
 		}
 	}
-	d.procs.add(c.ws.Key, e, nil, d.Manager.Generation)
+	d.procs.add(c.ws.Key, e, nil)
 	d.procs.finish(c.ws.Key, e, procEnd{status: statusUnknown, endedAt: time.Now(), detail: detail})
 	return e, nil
 }
@@ -455,8 +448,15 @@ func statusOf(end procEnd) processStatus {
 type processOutputInput struct {
 	Process  string `json:"process" jsonschema:"required" jsonschema_description:"The process handle workspace_exec returned for a background command (like g1-p42); its run_id (like g1-r3) works too."`
 	Offset   int64  `json:"offset,omitempty" jsonschema:"minimum=0" jsonschema_description:"Byte offset in the process's combined output log to read from. Default 0; pass the previous result's next_offset to continue."`
-	WaitSec  int    `json:"wait_sec,omitempty" jsonschema:"minimum=0,maximum=60" jsonschema_description:"Seconds to wait (0 to 60) for output past offset or for the process to end, when there is none yet. Default 0: answer at once."`
-	MaxBytes int    `json:"max_bytes,omitempty" jsonschema:"minimum=1,maximum=1048576,default=32768" jsonschema_description:"Most bytes of output to return (default 32768, at most 1048576)."`
+	WaitSec  int    `json:"wait_sec,omitempty" jsonschema:"minimum=0" jsonschema_description:"Seconds to wait (0 to 60) for output past offset or for the process to end, when there is none yet. Default 0: answer at once."`
+	MaxBytes int    `json:"max_bytes,omitempty" jsonschema:"minimum=1" jsonschema_description:"Most bytes of output to return (default 32768, at most 1048576)."`
+}
+
+// JSONSchemaExtend publishes the limits runProcessOutput relies on.
+func (processOutputInput) JSONSchemaExtend(s *jsonschema.Schema) {
+	schemaProp(s, "wait_sec").Maximum = schemaInt(maxWaitSec)
+	maxBytes := schemaProp(s, "max_bytes")
+	maxBytes.Maximum, maxBytes.Default = schemaInt(maxOutputBytes), defaultOutputBytes
 }
 
 // processOutputOutput is process_output's result.
@@ -493,14 +493,7 @@ func ProcessOutput(d *Deps) Tool {
 }
 
 func runProcessOutput(ctx context.Context, d *Deps, c *Call, in *processOutputInput) (*processOutputOutput, error) {
-	switch {
-	case in.Offset < 0:
-		return nil, inputErr("offset", "must be 0 or more (got %d)", in.Offset)
-	case in.WaitSec < 0 || in.WaitSec > maxWaitSec:
-		return nil, inputErr("wait_sec", "must be between 0 and %d (got %d)", maxWaitSec, in.WaitSec)
-	case in.MaxBytes < 0 || in.MaxBytes > maxOutputBytes:
-		return nil, inputErr("max_bytes", "must be between 1 and %d (got %d)", maxOutputBytes, in.MaxBytes)
-	}
+	// The schema checks the ranges of offset, wait_sec and max_bytes.
 	limit := int64(in.MaxBytes)
 	if limit == 0 {
 		limit = defaultOutputBytes
@@ -567,22 +560,12 @@ type logPage struct {
 // readLog reads up to limit bytes of the log at abs from offset. A log that
 // does not exist yet reads as empty.
 func readLog(ctx context.Context, cli *client.Client, abs string, offset, limit int64) (logPage, error) {
-	dl, err := cli.DownloadRange(ctx, abs, offset, limit)
+	data, size, err := readRange(ctx, cli, abs, offset, limit)
 	if client.IsNotFound(err) {
 		return logPage{}, nil
 	}
 	if err != nil {
 		return logPage{}, err
-	}
-	defer dl.Close()
-	data, err := io.ReadAll(io.LimitReader(dl, limit))
-	if err != nil {
-		return logPage{}, connect.NewError(connect.CodeUnavailable, fmt.Errorf("reading %s: %w", abs, err))
-	}
-	size := dl.Size
-	if end := offset + int64(len(data)); len(data) > 0 && size < end || size < 0 {
-		// The log grew while it was read, or its size was not reported.
-		size = end
 	}
 	return logPage{data: data, size: size}, nil
 }
@@ -702,7 +685,7 @@ func runProcessInput(ctx context.Context, d *Deps, c *Call, in *processInputInpu
 			"the standard input of process %s was already closed, so it takes no more input", e.handle))
 	}
 	gone := func(err error) error {
-		if isStdinGone(err) {
+		if client.IsStdinGone(err) {
 			return connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf(
 				"process %s no longer takes input (it ended or closed its input): %s", e.handle, rootCause(err)))
 		}
@@ -729,7 +712,7 @@ func runProcessInput(ctx context.Context, d *Deps, c *Call, in *processInputInpu
 	if in.Close {
 		// A process that ended (perhaps on the data just written) or
 		// already closed its input has no input to close: that is success.
-		if err := lease.Client.CloseStdin(ctx, client.ByPid(e.pid)); err != nil && !isStdinGone(err) {
+		if err := lease.Client.CloseStdin(ctx, client.ByPid(e.pid)); err != nil && !client.IsStdinGone(err) {
 			if out.Written > 0 {
 				c.Notice("The data was written, but closing standard input failed.")
 			}
@@ -769,7 +752,7 @@ type processSignalOutput struct {
 	processStatus
 	Sent            []string `json:"sent,omitempty" jsonschema_description:"The signals sent, in order (none when the process had already ended)."`
 	EscalatedToKill bool     `json:"escalated_to_kill" jsonschema_description:"True when TERM did not end the process within the grace period and KILL was sent."`
-	AlreadyEnded    bool     `json:"already_ended" jsonschema_description:"True when the process had ended before this call; nothing was sent."`
+	AlreadyEnded    bool     `json:"already_ended" jsonschema_description:"True when the process had ended before the signal reached it; nothing was sent."`
 }
 
 // ProcessSignal is the process_signal tool: it stops a background process,
@@ -791,13 +774,9 @@ func ProcessSignal(d *Deps) Tool {
 }
 
 func runProcessSignal(ctx context.Context, d *Deps, c *Call, in *processSignalInput) (*processSignalOutput, error) {
-	sig := client.SIGTERM
-	switch in.Signal {
-	case "", "TERM":
-	case "KILL":
-		sig = client.SIGKILL
-	default:
-		return nil, inputErr("signal", "must be TERM or KILL (got %q)", in.Signal)
+	sig, name := client.SIGTERM, "TERM" // the schema allows only TERM and KILL
+	if in.Signal == "KILL" {
+		sig, name = client.SIGKILL, "KILL"
 	}
 	e, lease, err := findProcess(ctx, d, c, "process", in.Process)
 	if err != nil {
@@ -808,13 +787,18 @@ func runProcessSignal(ctx context.Context, d *Deps, c *Call, in *processSignalIn
 		out.processStatus, out.AlreadyEnded = statusOf(end), true
 		return out, nil
 	}
-	send := func(s client.Signal, name string) error {
+	// send reports whether the signal reached the process: envd not knowing
+	// the pid means it ended before the signal did.
+	send := func(s client.Signal, name string) (bool, error) {
 		err := lease.Client.SendSignal(ctx, client.ByPid(e.pid), s)
-		if err != nil && !client.IsNotFound(err) { // not found: it ended meanwhile
-			return c.Check(err)
+		if client.IsNotFound(err) {
+			return false, nil
+		}
+		if err != nil {
+			return false, c.Check(err)
 		}
 		out.Sent = append(out.Sent, name)
-		return nil
+		return true, nil
 	}
 	wait := func(d time.Duration) (bool, error) {
 		t := time.NewTimer(d)
@@ -828,29 +812,31 @@ func runProcessSignal(ctx context.Context, d *Deps, c *Call, in *processSignalIn
 			return false, ctx.Err()
 		}
 	}
-	name := "TERM"
-	if sig == client.SIGKILL {
-		name = "KILL"
-	}
-	if err := send(sig, name); err != nil {
+	sent, err := send(sig, name)
+	if err != nil {
 		return nil, err
 	}
+	out.AlreadyEnded = !sent
+	// Wait for the end (when nothing was sent, for its report).
 	ended, err := wait(d.Config.SignalGrace)
 	if err != nil {
 		return nil, err
 	}
-	if !ended && sig == client.SIGTERM {
-		if err := send(client.SIGKILL, "KILL"); err != nil {
-			return nil, err
+	switch {
+	case ended:
+	case !sent:
+		c.Notice("Process %s had already ended when the signal was sent, but how it ended has not been reported yet; check again with process_output.", e.handle)
+	default:
+		if sig == client.SIGTERM {
+			if out.EscalatedToKill, err = send(client.SIGKILL, "KILL"); err != nil {
+				return nil, err
+			}
 		}
-		out.EscalatedToKill = true
-	}
-	if !ended {
 		if ended, err = wait(killWait); err != nil {
 			return nil, err
 		}
 		if !ended {
-			c.Notice("Process %s was sent KILL but was still reported running %s later; check again with process_output.", e.handle, killWait)
+			c.Notice("Process %s was sent %s but was still reported running %s later; check again with process_output.", e.handle, out.Sent[len(out.Sent)-1], killWait)
 		}
 	}
 	end, _ := e.state()
@@ -929,11 +915,17 @@ func runProcessList(ctx context.Context, d *Deps, c *Call) (*processListOutput, 
 			continue
 		case tagged && kind == tagBg:
 			// Started here but not followed (a server restart): follow it again.
-			ref, _ := parseHandle(runID)
-			if ref.gen == lease.Generation {
-				if _, _, err := findProcess(ctx, d, c, "process", formatProcessHandle(ref.gen, p.Pid)); err == nil {
+			if run, _ := parseHandle(runID); run.gen == lease.Generation {
+				ref := handleRef{gen: run.gen, pid: p.Pid}
+				e := d.procs.find(c.ws.Key, ref)
+				if e != nil {
+					if end, ended := e.state(); !ended || !end.lostContact {
+						continue // followed again meanwhile
+					}
+				}
+				if _, err := adoptProcess(ctx, d, c, lease, ref, e, live); err == nil {
 					continue
-				} else if _, lost := manage.IsLost(err); lost {
+				} else if isLost(err) {
 					return nil, err
 				}
 			}

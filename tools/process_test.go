@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/mark3labs/mcp-go/mcp"
+
+	envdclient "github.com/sandbox-mcp/sandbox-mcp/envd/client"
 )
 
 // startBackground starts a background command and returns its result.
@@ -237,29 +239,42 @@ func TestProcessSignal(t *testing.T) {
 
 func TestProcessOutputWaits(t *testing.T) {
 	h := newHarness(t, harnessOptions{})
-	start := h.startBackground(map[string]any{"command": "read x; echo after-$x"})
+	// The process keeps running after its output, so only the output can
+	// wake the waiting read (not the process's end).
+	start := h.startBackground(map[string]any{"command": "read x; echo after-$x; exec sleep 100"})
 
-	// A waiting read is woken by the output (a timed-out wait would return
-	// nothing).
+	// Calls run in goroutines hand their results back; the test goroutine
+	// decodes them.
 	type result struct {
-		out processOutputOutput
 		res *mcp.CallToolResult
 		err error
 	}
 	done := make(chan result, 1)
-	go func() {
-		res, err := h.callErr(context.Background(), "process_output", map[string]any{"process": start.Process, "wait_sec": 60}, nil)
-		r := result{res: res, err: err}
-		if err == nil && !res.IsError {
-			decodeStructured(t, res, &r.out)
-		}
-		done <- r
-	}()
-	h.ok("process_input", map[string]any{"process": start.Process, "data": "go\n"}, nil)
-	r := <-done
-	if r.err != nil || r.res.IsError || !strings.HasPrefix(r.out.Output, "after-go") {
-		t.Fatalf("%v %+v", r.err, r.out)
+	waitCall := func(ctx context.Context, handle string) {
+		go func() {
+			res, err := h.callErr(ctx, "process_output", map[string]any{"process": handle, "wait_sec": 60}, nil)
+			done <- result{res: res, err: err}
+		}()
 	}
+	decoded := func(r result) processOutputOutput {
+		t.Helper()
+		if r.err != nil || r.res.IsError {
+			t.Fatalf("process_output: %v %v", r.err, r.res)
+		}
+		var out processOutputOutput
+		decodeStructured(t, r.res, &out)
+		return out
+	}
+
+	// A waiting read is woken by the output (a timed-out wait would return
+	// nothing).
+	waitCall(context.Background(), start.Process)
+	h.ok("process_input", map[string]any{"process": start.Process, "data": "go\n"}, nil)
+	out := decoded(<-done)
+	if !strings.HasPrefix(out.Output, "after-go") || out.Status != "running" || out.EOF {
+		t.Fatalf("woken read: %+v", out)
+	}
+	h.ok("process_signal", map[string]any{"process": start.Process, "signal": "KILL"}, nil)
 
 	// A wait that ends by the deadline returns what there is.
 	idle := h.startBackground(map[string]any{"command": "sleep 100"})
@@ -271,10 +286,7 @@ func TestProcessOutputWaits(t *testing.T) {
 
 	// A cancelled wait ends the call.
 	ctx, cancel := context.WithCancel(context.Background())
-	go func() {
-		res, err := h.callErr(ctx, "process_output", map[string]any{"process": idle.Process, "wait_sec": 60}, nil)
-		done <- result{res: res, err: err}
-	}()
+	waitCall(ctx, idle.Process)
 	cancel()
 	select {
 	case r := <-done:
@@ -288,25 +300,15 @@ func TestProcessOutputWaits(t *testing.T) {
 
 	// A wait ends when the process does, even without output.
 	quiet := h.startBackground(map[string]any{"command": "read x"})
-	go func() {
-		res, err := h.callErr(context.Background(), "process_output", map[string]any{"process": quiet.Process, "wait_sec": 60}, nil)
-		r := result{res: res, err: err}
-		if err == nil && !res.IsError {
-			decodeStructured(t, res, &r.out)
-		}
-		done <- r
-	}()
+	waitCall(context.Background(), quiet.Process)
 	h.ok("process_input", map[string]any{"process": quiet.Process, "close": true}, nil)
-	r = <-done
-	if r.err != nil || r.res.IsError {
-		t.Fatalf("%v %v", r.err, r.res)
-	}
+	out = decoded(<-done)
 	// The wait returned on the end (read got EOF: exit status 1).
-	if !r.out.EOF {
-		r.out = h.waitEnd(quiet.Process, 0)
+	if !out.EOF {
+		out = h.waitEnd(quiet.Process, 0)
 	}
-	if r.out.Status != "exited" || valueOf(r.out.ExitCode) != 1 || r.out.Output != "" {
-		t.Fatalf("%+v", r.out)
+	if out.Status != "exited" || valueOf(out.ExitCode) != 1 || out.Output != "" {
+		t.Fatalf("%+v", out)
 	}
 }
 
@@ -515,14 +517,13 @@ func TestParseHandle(t *testing.T) {
 
 func TestProcessRegistryBounds(t *testing.T) {
 	var r processRegistry
-	gen := func(string) int64 { return 1 }
 	var first *procEntry
 	for pid := uint32(1); pid <= maxEndedProcesses+60; pid++ {
 		e := &procEntry{handle: formatProcessHandle(1, pid), gen: 1, pid: pid, runID: formatRunID(1, int64(pid)), done: make(chan struct{})}
 		if first == nil {
 			first = e
 		}
-		r.add("k", e, nil, gen)
+		r.add("k", e, nil)
 		if pid%2 == 0 || pid > 100 {
 			r.finish("k", e, procEnd{status: statusExited})
 		}
@@ -540,26 +541,24 @@ func TestProcessRegistryBounds(t *testing.T) {
 	if r.find("k", handleRef{gen: 2, pid: 1}) != nil || len(r.list("k", 2)) != 0 {
 		t.Fatal("another generation sees entries")
 	}
-	// Nothing is pruned while a process is followed.
-	r.prune("k", 0)
-	if len(r.list("k", 1)) == 0 {
-		t.Fatal("pruned with running processes")
+	// Ending the session forgets the workspace, running processes included;
+	// an end reported afterwards does not bring it back.
+	running := r.find("k", handleRef{gen: 1, pid: 1})
+	r.drop("k")
+	if len(r.spaces) != 0 || len(r.list("k", 1)) != 0 {
+		t.Fatal("not dropped")
 	}
-	for _, e := range r.list("k", 1) {
-		r.finish("k", e, procEnd{status: statusKilled})
-	}
-	r.prune("k", 1) // still the current generation
-	if len(r.list("k", 1)) == 0 {
-		t.Fatal("pruned the current generation")
-	}
-	r.prune("k", 0) // the workspace is gone
+	r.finish("k", running, procEnd{status: statusKilled})
 	if len(r.spaces) != 0 {
-		t.Fatal("not pruned")
+		t.Fatal("a late end recreated the workspace")
+	}
+	if end, ended := running.state(); !ended || end.status != statusKilled {
+		t.Fatalf("the dropped entry did not learn its end: %+v", end)
 	}
 	// A newer generation replaces the old entries.
-	r.add("k", &procEntry{gen: 1, pid: 7, done: make(chan struct{})}, nil, gen)
-	r.add("k", &procEntry{gen: 2, pid: 8, done: make(chan struct{})}, nil, gen)
-	r.add("k", &procEntry{gen: 1, pid: 9, done: make(chan struct{})}, nil, gen)
+	r.add("k", &procEntry{gen: 1, pid: 7, done: make(chan struct{})}, nil)
+	r.add("k", &procEntry{gen: 2, pid: 8, done: make(chan struct{})}, nil)
+	r.add("k", &procEntry{gen: 1, pid: 9, done: make(chan struct{})}, nil)
 	if l := r.list("k", 2); len(l) != 1 || l[0].pid != 8 || len(r.list("k", 1)) != 0 {
 		t.Fatalf("%+v", l)
 	}
@@ -576,4 +575,96 @@ func TestProcessInputToANonReader(t *testing.T) {
 	}
 	// The process and the server are fine afterwards.
 	h.ok("process_signal", map[string]any{"process": bg.Process, "signal": "KILL"}, nil)
+}
+
+// Deps.EndSession frees what the tools hold for a workspace: its processes
+// and its run counter. A follower that sees its process end afterwards does
+// not bring the workspace back, and a later session finds its processes in
+// the sandbox (as after a restart) without reusing run ids.
+func TestEndSessionForgetsWorkspace(t *testing.T) {
+	h := newHarness(t, harnessOptions{})
+	bg := h.startBackground(map[string]any{"command": "sleep 100"})
+	fg := h.execOK(map[string]any{"command": "echo x"})
+	ref, _ := parseHandle(bg.Process)
+	e := h.deps.procs.find(h.ws.Key, ref)
+	if e == nil {
+		t.Fatal("the background process is not registered")
+	}
+	remembered := func() (spaces int, counted bool) {
+		h.deps.procs.mu.Lock()
+		spaces = len(h.deps.procs.spaces)
+		h.deps.procs.mu.Unlock()
+		h.deps.runs.mu.Lock()
+		_, counted = h.deps.runs.n[h.ws.Key]
+		h.deps.runs.mu.Unlock()
+		return spaces, counted
+	}
+	if spaces, counted := remembered(); spaces != 1 || !counted {
+		t.Fatalf("before: %d spaces, counted %v", spaces, counted)
+	}
+	h.deps.EndSession(h.ws.Key)
+	if spaces, counted := remembered(); spaces != 0 || counted {
+		t.Fatalf("after EndSession: %d spaces, counted %v", spaces, counted)
+	}
+
+	// The process ends after the session did: its follower records the end
+	// in the entry only.
+	if err := h.lease().Client.SendSignal(context.Background(), envdclient.ByPid(bg.Pid), envdclient.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-e.done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the follower did not see the process end")
+	}
+	h.deps.procs.mu.Lock()
+	spaces := len(h.deps.procs.spaces)
+	h.deps.procs.mu.Unlock()
+	if spaces != 0 {
+		t.Fatal("the follower's end brought the workspace back")
+	}
+
+	// A later session of the same workspace.
+	var p processOutputOutput
+	h.ok("process_output", map[string]any{"process": bg.Process}, &p)
+	if p.Status != "unknown" || !p.EOF {
+		t.Fatalf("re-found process: %+v", p)
+	}
+	next := h.execOK(map[string]any{"command": "echo y"})
+	if next.RunID == fg.RunID || next.RunID == bg.RunID {
+		t.Fatalf("run id %s reused after EndSession", next.RunID)
+	}
+}
+
+// A process that ended before the signal reached it, while the registry had
+// not seen its end yet, is reported as already ended: no signal counts as
+// sent and nothing escalates.
+func TestProcessSignalAfterUnreportedEnd(t *testing.T) {
+	h := newHarness(t, harnessOptions{config: Config{SignalGrace: 200 * time.Millisecond}})
+	bg := h.startBackground(map[string]any{"command": "exec sleep 100"})
+	ref, _ := parseHandle(bg.Process)
+	e := h.deps.procs.find(h.ws.Key, ref)
+	if e == nil {
+		t.Fatal("the background process is not registered")
+	}
+	// End it behind the tools' back and let its follower see the end.
+	if err := h.lease().Client.SendSignal(context.Background(), envdclient.ByPid(bg.Pid), envdclient.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-e.done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the follower did not see the process end")
+	}
+	// The registry has not heard of the end: an entry for the same process
+	// that no follower reports on.
+	unreported := &procEntry{handle: e.handle, gen: e.gen, pid: e.pid, runID: e.runID, command: e.command,
+		logAbs: e.logAbs, logRel: e.logRel, runDirAbs: e.runDirAbs, startedAt: e.startedAt, done: make(chan struct{})}
+	h.deps.procs.add(h.ws.Key, unreported, nil)
+
+	sig, res := okAs[processSignalOutput](h, "process_signal", map[string]any{"process": bg.Process})
+	if len(sig.Sent) != 0 || !sig.AlreadyEnded || sig.EscalatedToKill {
+		t.Fatalf("signal to an ended process: %+v", sig)
+	}
+	mustContain(t, resultText(res), "had already ended when the signal was sent")
 }

@@ -148,6 +148,16 @@ func NewDeps(m *manage.Manager, cfg Config, log *slog.Logger) *Deps {
 	return &Deps{Manager: m, Config: cfg, Logger: log}
 }
 
+// EndSession forgets what the tools keep in memory for workspace key: its
+// background processes and its run counter. The server calls it when it
+// applies the end-of-session policy (Manager.EndSession) to key. A named
+// workspace used again later re-finds its processes in the sandbox, as
+// after a server restart.
+func (d *Deps) EndSession(key string) {
+	d.procs.drop(key)
+	d.runs.drop(key)
+}
+
 // Tool is one registered tool: its MCP definition, toolset and handler.
 type Tool struct {
 	Toolset string
@@ -188,28 +198,13 @@ func All(d *Deps) []Tool {
 // Selected returns the tools d.Config selects (toolsets, read-only). An
 // unknown toolset name is an error that lists the known ones.
 func Selected(d *Deps) ([]Tool, error) {
-	want := map[string]bool{}
-	for _, name := range d.Config.Toolsets {
-		name = strings.TrimSpace(name)
-		if name == "" {
-			continue
-		}
-		if name == "all" {
-			want = map[string]bool{}
-			break
-		}
-		if !slices.ContainsFunc(Toolsets, func(ts ToolsetInfo) bool { return ts.Name == name }) {
-			names := make([]string, len(Toolsets))
-			for i, ts := range Toolsets {
-				names[i] = ts.Name
-			}
-			return nil, fmt.Errorf("unknown toolset %q (known: %s, or all)", name, strings.Join(names, ", "))
-		}
-		want[name] = true
+	want, err := wantedToolsets(d.Config.Toolsets)
+	if err != nil {
+		return nil, err
 	}
 	var out []Tool
 	for _, t := range All(d) {
-		if len(want) > 0 && !want[t.Toolset] {
+		if want != nil && !want[t.Toolset] {
 			continue
 		}
 		if d.Config.ReadOnly && !t.ReadOnly() {
@@ -218,6 +213,34 @@ func Selected(d *Deps) ([]Tool, error) {
 		out = append(out, t)
 	}
 	return out, nil
+}
+
+// wantedToolsets reads Config.Toolsets: the toolsets named, or nil for all
+// (none named, or "all"). Unknown names are left out and reported in the
+// error, which lists the known ones.
+func wantedToolsets(names []string) (map[string]bool, error) {
+	want := map[string]bool{}
+	var unknown error
+	for _, name := range names {
+		name = strings.TrimSpace(name)
+		switch {
+		case name == "":
+		case name == "all":
+			return nil, unknown
+		case slices.ContainsFunc(Toolsets, func(ts ToolsetInfo) bool { return ts.Name == name }):
+			want[name] = true
+		case unknown == nil:
+			known := make([]string, len(Toolsets))
+			for i, ts := range Toolsets {
+				known[i] = ts.Name
+			}
+			unknown = fmt.Errorf("unknown toolset %q (known: %s, or all)", name, strings.Join(known, ", "))
+		}
+	}
+	if len(want) == 0 {
+		return nil, unknown
+	}
+	return want, unknown
 }
 
 // Register adds tools to s.
@@ -266,4 +289,11 @@ func (r *runCounter) next(key string) int64 {
 	}
 	r.n[key]++
 	return r.n[key]
+}
+
+// drop forgets key's count (its session ended).
+func (r *runCounter) drop(key string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.n, key)
 }

@@ -16,22 +16,34 @@ import (
 // snapDir holds the golden tool definitions: what the model sees.
 var snapDir = filepath.Join("..", "testdata", "toolsnaps")
 
+// toolSnapshot is a tool's golden file: its toolset, and the definition
+// exactly as a client receives it in tools/list (the JSON of the mcp.Tool).
+type toolSnapshot struct {
+	Toolset string          `json:"toolset"`
+	Tool    json.RawMessage `json:"tool"`
+}
+
 // TestToolSnapshots compares every tool's definition (name, title,
-// description, toolset, annotations, input and output schemas) with its
-// golden file. UPDATE_TOOLSNAPS=true rewrites them; a missing or stale
-// snapshot fails, so a schema change is always a reviewed diff.
+// description, annotations, input and output schemas, as sent) and toolset
+// with its golden file. UPDATE_TOOLSNAPS=true rewrites them; a missing or
+// stale snapshot fails, so a schema change is always a reviewed diff.
 func TestToolSnapshots(t *testing.T) {
 	update := os.Getenv("UPDATE_TOOLSNAPS") == "true"
 	d := NewDeps(nil, DefaultConfig(), nil)
 	seen := map[string]bool{}
-	for _, desc := range Describe(All(d)) {
-		got, err := json.MarshalIndent(desc, "", "  ")
+	for _, tool := range All(d) {
+		wire, err := json.Marshal(tool.Def)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := json.MarshalIndent(toolSnapshot{Toolset: tool.Toolset, Tool: wire}, "", "  ")
 		if err != nil {
 			t.Fatal(err)
 		}
 		got = append(got, '\n')
-		path := filepath.Join(snapDir, desc.Name+".snap")
-		seen[desc.Name+".snap"] = true
+		name := tool.Def.Name
+		path := filepath.Join(snapDir, name+".snap")
+		seen[name+".snap"] = true
 		if update {
 			if err := os.MkdirAll(snapDir, 0o755); err != nil {
 				t.Fatal(err)
@@ -43,11 +55,11 @@ func TestToolSnapshots(t *testing.T) {
 		}
 		want, err := os.ReadFile(path)
 		if err != nil {
-			t.Errorf("%s: no snapshot (%v); run UPDATE_TOOLSNAPS=true go test ./tools/ -run TestToolSnapshots and review the diff", desc.Name, err)
+			t.Errorf("%s: no snapshot (%v); run UPDATE_TOOLSNAPS=true go test ./tools/ -run TestToolSnapshots and review the diff", name, err)
 			continue
 		}
 		if !bytes.Equal(got, want) {
-			t.Errorf("%s: the tool definition changed from %s; if intended, run UPDATE_TOOLSNAPS=true go test ./tools/ -run TestToolSnapshots and review the diff.\n--- got ---\n%s", desc.Name, path, got)
+			t.Errorf("%s: the tool definition changed from %s; if intended, run UPDATE_TOOLSNAPS=true go test ./tools/ -run TestToolSnapshots and review the diff.\n--- got ---\n%s", name, path, got)
 		}
 	}
 	entries, _ := os.ReadDir(snapDir)
@@ -197,7 +209,9 @@ func TestSchemaErrorsNameTheField(t *testing.T) {
 	}{
 		{"workspace_exec", map[string]any{"command": 1}, []string{"invalid argument command", "string"}},
 		{"workspace_exec", map[string]any{"command": "true", "timeout_sec": 1.5}, []string{"timeout_sec", "integer"}},
-		{"workspace_exec", map[string]any{"command": "true", "timeout_sec": 0}, []string{"timeout_sec"}},
+		{"workspace_exec", map[string]any{"command": "true", "timeout_sec": 0}, []string{"invalid argument timeout_sec: must be at least 1 (got 0)"}},
+		{"process_output", map[string]any{"process": "g1-p1", "wait_sec": 61}, []string{"invalid argument wait_sec: must be at most 60 (got 61)"}},
+		{"collect_outputs", map[string]any{"globs": []string{"*"}, "max_bytes": 1 << 33}, []string{"must be at most 4294967296 (got 8589934592)"}},
 		{"workspace_exec", map[string]any{"command": "true", "bogus": true}, []string{"bogus"}},
 		{"read_files", map[string]any{}, []string{"paths"}},
 		{"put_files", map[string]any{"files": []any{map[string]any{"path": "a"}}}, []string{"files[0]", "content"}},

@@ -15,6 +15,7 @@ import (
 	"unicode/utf8"
 
 	"connectrpc.com/connect"
+	"github.com/invopop/jsonschema"
 
 	"github.com/sandbox-mcp/sandbox-mcp/envd/client"
 )
@@ -42,7 +43,12 @@ const (
 // ------------------------------------------------------------- stage_inputs
 
 type stageInputsInput struct {
-	Inputs []stageInputSpec `json:"inputs" jsonschema:"required,minItems=1,maxItems=50" jsonschema_description:"What to bring into the workspace (1 to 50), staged in order."`
+	Inputs []stageInputSpec `json:"inputs" jsonschema:"required,minItems=1" jsonschema_description:"What to bring into the workspace (1 to 50), staged in order."`
+}
+
+// JSONSchemaExtend publishes the limits runStageInputs relies on.
+func (stageInputsInput) JSONSchemaExtend(s *jsonschema.Schema) {
+	schemaProp(s, "inputs").MaxItems = schemaCount(maxStageInputs)
 }
 
 type stageInputSpec struct {
@@ -93,12 +99,7 @@ type stagePlan struct {
 }
 
 func runStageInputs(ctx context.Context, c *Call, in *stageInputsInput) (*stageInputsOutput, error) {
-	if len(in.Inputs) == 0 {
-		return nil, inputErr("inputs", "give at least one input")
-	}
-	if len(in.Inputs) > maxStageInputs {
-		return nil, inputErr("inputs", "%d inputs given; at most %d per call", len(in.Inputs), maxStageInputs)
-	}
+	// The schema checks the number of inputs and their modes.
 	var roots []*os.Root
 	defer func() {
 		for _, r := range roots {
@@ -122,16 +123,10 @@ func runStageInputs(ctx context.Context, c *Call, in *stageInputsInput) (*stageI
 	if err != nil {
 		return nil, err
 	}
-	st := &stager{c: c, cli: lease.Client, r: newPathResolver(lease.Sandbox.Workdir, lease.Client)}
+	st := &stager{c: c, cli: lease.Client, root: lease.Sandbox.Workdir}
 	out := &stageInputsOutput{Staged: []stagedInput{}}
 	for _, p := range plans {
-		var res stagedInput
-		var err error
-		if p.tree != nil {
-			res, err = st.stageTree(ctx, p)
-		} else {
-			res, err = st.stageWorkspace(ctx, p)
-		}
+		res, err := st.stage(ctx, p)
 		if err != nil {
 			return nil, afterStaged(err, out.Staged)
 		}
@@ -179,9 +174,6 @@ func planStage(c *Call, field string, s stageInputSpec) (*stagePlan, error) {
 	p := &stagePlan{field: field, spec: s, mode: s.Mode, to: s.To}
 	if p.mode == "" {
 		p.mode = "copy"
-	}
-	if p.mode != "copy" && p.mode != "link" {
-		return nil, inputErr(field+".mode", "%q is not a mode; use copy or link", s.Mode)
 	}
 	if strings.IndexByte(s.From, 0) >= 0 {
 		return nil, inputErr(field+".from", "%q contains a NUL byte", s.From)
@@ -318,40 +310,45 @@ func hostErrText(err error, hide string) string {
 
 // stager performs the plans of one stage_inputs call in the sandbox.
 type stager struct {
-	c   *Call
-	cli *client.Client
-	r   *pathResolver
+	c    *Call
+	cli  *client.Client
+	root string        // the workspace root in the sandbox
+	r    *pathResolver // the current input's
+}
+
+// stage performs one plan. Its paths are resolved afresh: the inputs before
+// it changed the workspace.
+func (s *stager) stage(ctx context.Context, p stagePlan) (stagedInput, error) {
+	s.r = newPathResolver(s.c, s.root, s.cli)
+	if p.tree != nil {
+		return s.stageTree(ctx, p)
+	}
+	return s.stageWorkspace(ctx, p)
 }
 
 // stageTree uploads a host or artifact tree as one all-or-nothing batch.
 func (s *stager) stageTree(ctx context.Context, p stagePlan) (stagedInput, error) {
 	t := p.tree
 	toField := p.field + ".to"
-	toAbs, err := resolveIn(ctx, s.c, s.r, toField, p.to)
+	to, err := s.r.resolve(ctx, toField, p.to)
 	if err != nil {
 		return stagedInput{}, err
 	}
-	toReal, err := followIn(ctx, s.c, s.r, toField, p.to, toAbs)
-	if err != nil {
-		return stagedInput{}, err
-	}
+	toAbs, toReal := to.abs, to.real
 	var toType client.FileType
-	e, err := s.cli.Stat(ctx, toReal)
-	switch {
-	case client.IsNotFound(err):
-	case err != nil:
-		return stagedInput{}, s.c.Check(err)
-	default:
-		toType = e.Type
+	if to.exists {
+		toType = to.entry.Type
 	}
 	if !t.isDir && toType == client.TypeDir {
 		// A file staged onto a directory goes inside it.
 		toAbs = path.Join(toAbs, path.Base(t.rel))
 		toReal, toType = path.Join(toReal, path.Base(t.rel)), client.TypeUnknown
-		if e, err := s.cli.Stat(ctx, toReal); err == nil {
-			toType = e.Type
-		} else if !client.IsNotFound(err) {
+		e, exists, err := s.r.stat(ctx, toReal)
+		if err != nil {
 			return stagedInput{}, s.c.Check(err)
+		}
+		if exists {
+			toType = e.Type
 		}
 	}
 	if t.isDir && toType != client.TypeUnknown && toType != client.TypeDir {
@@ -370,9 +367,11 @@ func (s *stager) stageTree(ctx context.Context, p stagePlan) (stagedInput, error
 			dest = path.Join(toReal, f.rel)
 			if !fresh {
 				// Symlinks may exist in the tree below an existing destination.
-				if dest, err = followIn(ctx, s.c, s.r, toField, s.r.rel(shownAbs), dest); err != nil {
+				res, err := s.r.resolve(ctx, toField, s.r.rel(shownAbs))
+				if err != nil {
 					return stagedInput{}, err
 				}
+				dest = res.real
 			}
 		}
 		items[i] = uploadItem{
@@ -383,7 +382,7 @@ func (s *stager) stageTree(ctx context.Context, p stagePlan) (stagedInput, error
 		total += f.size
 	}
 	if len(items) > 0 {
-		batch := &uploadBatch{c: s.c, cli: s.cli, root: s.r.root, items: items, fresh: fresh,
+		batch := &uploadBatch{c: s.c, r: s.r, items: items, fresh: fresh,
 			progress: progressReporter(ctx, s.c, len(items), "staged")}
 		results, err := batch.run(ctx)
 		if err != nil {
@@ -411,28 +410,22 @@ func (s *stager) stageTree(ctx context.Context, p stagePlan) (stagedInput, error
 // stageWorkspace copies or links a path inside the workspace.
 func (s *stager) stageWorkspace(ctx context.Context, p stagePlan) (stagedInput, error) {
 	fromField, toField := p.field+".from", p.field+".to"
-	srcAbs, err := resolveIn(ctx, s.c, s.r, fromField, p.wsSrc)
+	from, err := s.r.resolve(ctx, fromField, p.wsSrc)
 	if err != nil {
 		return stagedInput{}, err
 	}
+	srcAbs, srcReal, src := from.abs, from.real, from.entry
 	if srcAbs == s.r.root {
 		return stagedInput{}, inputErr(fromField, "%q is the workspace root, which cannot be staged into itself", p.spec.From)
 	}
-	srcReal, err := followIn(ctx, s.c, s.r, fromField, p.wsSrc, srcAbs)
-	if err != nil {
-		return stagedInput{}, err
-	}
-	src, err := s.cli.Stat(ctx, srcReal)
-	if client.IsNotFound(err) {
+	if !from.exists {
 		return stagedInput{}, connect.NewError(connect.CodeNotFound, fmt.Errorf("%s does not exist", p.spec.From))
 	}
-	if err != nil {
-		return stagedInput{}, s.c.Check(err)
-	}
-	toAbs, err := resolveIn(ctx, s.c, s.r, toField, p.to)
+	to, err := s.r.resolve(ctx, toField, p.to)
 	if err != nil {
 		return stagedInput{}, err
 	}
+	toAbs, toReal := to.abs, to.real
 	if toAbs == srcAbs {
 		return stagedInput{}, inputErr(toField, "%q is the source itself; give a different destination", p.to)
 	}
@@ -442,18 +435,12 @@ func (s *stager) stageWorkspace(ctx context.Context, p stagePlan) (stagedInput, 
 	if p.mode == "link" {
 		return s.link(ctx, p, srcAbs, toAbs)
 	}
-	toReal, err := followIn(ctx, s.c, s.r, toField, p.to, toAbs)
-	if err != nil {
-		return stagedInput{}, err
-	}
 	if toReal == srcReal || strings.HasPrefix(toReal, srcReal+"/") {
 		return stagedInput{}, inputErr(toField, "%q is inside the source %s; a directory cannot be copied into itself", p.to, p.spec.From)
 	}
 	var toType client.FileType
-	if e, err := s.cli.Stat(ctx, toReal); err == nil {
-		toType = e.Type
-	} else if !client.IsNotFound(err) {
-		return stagedInput{}, s.c.Check(err)
+	if to.exists {
+		toType = to.entry.Type
 	}
 	res := stagedInput{From: p.spec.From, Mode: "copy"}
 	switch src.Type {
@@ -462,9 +449,9 @@ func (s *stager) stageWorkspace(ctx context.Context, p stagePlan) (stagedInput, 
 			toAbs, toReal = path.Join(toAbs, path.Base(srcAbs)), path.Join(toReal, path.Base(srcAbs))
 		}
 		// Copy beside the destination, then rename: atomic for a file.
-		tmp := tempName(toReal)
-		if _, err := s.cli.MakeDir(ctx, path.Dir(toReal)); err != nil {
-			return stagedInput{}, s.c.Check(err)
+		tmp := tempName(toReal, tmpMarker)
+		if err := s.ensureDir(ctx, path.Dir(toReal)); err != nil {
+			return stagedInput{}, err
 		}
 		if err := s.command(ctx, p.field, "cp", "-a", "--", srcReal, tmp); err != nil {
 			removeQuietly(s.c, s.cli, tmp)
@@ -490,8 +477,8 @@ func (s *stager) stageWorkspace(ctx context.Context, p stagePlan) (stagedInput, 
 				res.Bytes += e.Size
 			}
 		}
-		if _, err := s.cli.MakeDir(ctx, path.Dir(toReal)); err != nil {
-			return stagedInput{}, s.c.Check(err)
+		if err := s.ensureDir(ctx, path.Dir(toReal)); err != nil {
+			return stagedInput{}, err
 		}
 		// -T: the destination is the directory itself, merged into when it exists.
 		if err := s.command(ctx, p.field, "cp", "-a", "-T", "--", srcReal, toReal); err != nil {
@@ -507,23 +494,25 @@ func (s *stager) stageWorkspace(ctx context.Context, p stagePlan) (stagedInput, 
 // link makes toAbs a relative symlink to srcAbs.
 func (s *stager) link(ctx context.Context, p stagePlan, srcAbs, toAbs string) (stagedInput, error) {
 	toField := p.field + ".to"
-	parent := path.Dir(toAbs)
-	parentReal, err := followIn(ctx, s.c, s.r, toField, s.r.rel(parent), parent)
+	parent, err := s.r.resolve(ctx, toField, s.r.rel(path.Dir(toAbs)))
 	if err != nil {
 		return stagedInput{}, err
 	}
+	parentReal := parent.real
 	linkPath := path.Join(parentReal, path.Base(toAbs))
-	if e, err := s.cli.Stat(ctx, linkPath); err == nil && e.Type == client.TypeDir {
-		return stagedInput{}, inputErr(toField, "%q is an existing directory; give a new path for the link", p.to)
-	} else if err != nil && !client.IsNotFound(err) {
+	e, exists, err := s.r.stat(ctx, linkPath)
+	if err != nil {
 		return stagedInput{}, s.c.Check(err)
+	}
+	if exists && e.Type == client.TypeDir {
+		return stagedInput{}, inputErr(toField, "%q is an existing directory; give a new path for the link", p.to)
 	}
 	target, err := filepath.Rel(parentReal, srcAbs)
 	if err != nil {
 		target = srcAbs
 	}
-	if _, err := s.cli.MakeDir(ctx, parentReal); err != nil {
-		return stagedInput{}, s.c.Check(err)
+	if err := s.ensureDir(ctx, parentReal); err != nil {
+		return stagedInput{}, err
 	}
 	// -f replaces an existing file or link; -T never puts the link inside a
 	// directory the old link pointed to.
@@ -531,6 +520,16 @@ func (s *stager) link(ctx context.Context, p stagePlan, srcAbs, toAbs string) (s
 		return stagedInput{}, err
 	}
 	return stagedInput{From: p.spec.From, To: s.r.rel(toAbs), Mode: "link", Files: 1}, nil
+}
+
+// ensureDir creates dir and its parents, unless the resolver saw it is a
+// directory already.
+func (s *stager) ensureDir(ctx context.Context, dir string) error {
+	if e, exists, known := s.r.known(dir); known && exists && e.Type == client.TypeDir {
+		return nil
+	}
+	_, err := s.cli.MakeDir(ctx, dir)
+	return s.c.Check(err)
 }
 
 // command runs argv in the sandbox (no shell) and turns a failure into an
@@ -554,11 +553,18 @@ func (s *stager) command(ctx context.Context, field, name string, args ...string
 // ---------------------------------------------------------- collect_outputs
 
 type collectOutputsInput struct {
-	Globs      []string `json:"globs" jsonschema:"required,minItems=1,maxItems=20" jsonschema_description:"Workspace-relative patterns of the files to collect (1 to 20): * and ? within a name, [abc] classes, ** for any number of directories (for example out/**/*.csv). Only regular files are collected."`
+	Globs      []string `json:"globs" jsonschema:"required,minItems=1" jsonschema_description:"Workspace-relative patterns of the files to collect (1 to 20): * and ? within a name, [abc] classes, ** for any number of directories (for example out/**/*.csv). Only regular files are collected."`
 	Inline     bool     `json:"inline,omitempty" jsonschema_description:"Also return the content of small text files inline, within the server's read cap for the whole call."`
-	MaxFiles   int      `json:"max_files,omitempty" jsonschema:"minimum=1,maximum=1000" jsonschema_description:"Collect at most this many files (default 100); the first in path order are kept."`
-	MaxBytes   int64    `json:"max_bytes,omitempty" jsonschema:"minimum=1,maximum=4294967296" jsonschema_description:"Collect at most this many bytes in total (default 100 MiB)."`
+	MaxFiles   int      `json:"max_files,omitempty" jsonschema:"minimum=1" jsonschema_description:"Collect at most this many files (default 100); the first in path order are kept."`
+	MaxBytes   int64    `json:"max_bytes,omitempty" jsonschema:"minimum=1" jsonschema_description:"Collect at most this many bytes in total (default 100 MiB)."`
 	NamePrefix string   `json:"name_prefix,omitempty" jsonschema_description:"Optional prefix for the artifact names (for example run-2/), so a later collection does not replace these."`
+}
+
+// JSONSchemaExtend publishes the limits runCollectOutputs relies on.
+func (collectOutputsInput) JSONSchemaExtend(s *jsonschema.Schema) {
+	schemaProp(s, "globs").MaxItems = schemaCount(maxCollectGlobs)
+	schemaProp(s, "max_files").Maximum = schemaInt(maxCollectFiles)
+	schemaProp(s, "max_bytes").Maximum = schemaInt(maxCollectBytes)
 }
 
 type collectOutputsOutput struct {
@@ -605,16 +611,7 @@ type collectFile struct {
 }
 
 func runCollectOutputs(ctx context.Context, c *Call, in *collectOutputsInput) (*collectOutputsOutput, error) {
-	switch {
-	case len(in.Globs) == 0:
-		return nil, inputErr("globs", "give at least one glob, such as out/**")
-	case len(in.Globs) > maxCollectGlobs:
-		return nil, inputErr("globs", "%d globs given; at most %d per call", len(in.Globs), maxCollectGlobs)
-	case in.MaxFiles < 0 || in.MaxFiles > maxCollectFiles:
-		return nil, inputErr("max_files", "%d is out of range; give 1 to %d", in.MaxFiles, maxCollectFiles)
-	case in.MaxBytes < 0 || in.MaxBytes > maxCollectBytes:
-		return nil, inputErr("max_bytes", "%d is out of range; give 1 to %d", in.MaxBytes, int64(maxCollectBytes))
-	}
+	// The schema checks the number of globs and the ranges of the caps.
 	globs := make([]*globPattern, len(in.Globs))
 	for i, g := range in.Globs {
 		var err error
@@ -646,7 +643,7 @@ func runCollectOutputs(ctx context.Context, c *Call, in *collectOutputsInput) (*
 		return nil, err
 	}
 	cli := lease.Client
-	r := newPathResolver(lease.Sandbox.Workdir, cli)
+	r := newPathResolver(c, lease.Sandbox.Workdir, cli)
 	out := &collectOutputsOutput{Artifacts: []artifactOut{}, Store: store.dir}
 	seen := map[string]bool{}
 	var files []collectFile
@@ -719,29 +716,34 @@ func runCollectOutputs(ctx context.Context, c *Call, in *collectOutputsInput) (*
 // pattern needs.
 func matchGlob(ctx context.Context, c *Call, r *pathResolver, field string, g *globPattern) ([]collectFile, error) {
 	if lit, ok := g.literal(); ok {
-		abs, err := resolveIn(ctx, c, r, field, lit)
+		res, err := r.resolve(ctx, field, lit)
 		if err != nil {
 			return nil, err
 		}
-		e, err := r.cli.Stat(ctx, abs)
-		if client.IsNotFound(err) {
-			return nil, nil
-		}
+		// The name itself (a symlink is not a regular file to collect).
+		e, exists, err := r.stat(ctx, res.abs)
 		if err != nil {
 			return nil, c.Check(err)
 		}
-		if e.Type != client.TypeFile {
+		if !exists || e.Type != client.TypeFile {
 			return nil, nil
 		}
-		return []collectFile{{abs: abs, rel: r.rel(abs), size: e.Size, mode: fs.FileMode(e.Mode)}}, nil
+		return []collectFile{{abs: res.abs, rel: r.rel(res.abs), size: e.Size, mode: fs.FileMode(e.Mode)}}, nil
 	}
 	base, depth := g.base()
 	if depth < 0 {
 		depth = maxCollectDepth
 	}
-	abs, err := resolveIn(ctx, c, r, field, base)
-	if err != nil {
-		return nil, err
+	abs := r.root
+	if base != "" {
+		res, err := r.resolve(ctx, field, base)
+		if err != nil {
+			return nil, err
+		}
+		if !res.exists || res.entry.Type != client.TypeDir {
+			return nil, nil // no such directory: nothing matches
+		}
+		abs = res.abs
 	}
 	entries, err := r.cli.ListDir(ctx, abs, uint32(depth))
 	if client.IsNotFound(err) || connect.CodeOf(err) == connect.CodeInvalidArgument {
@@ -762,7 +764,8 @@ func matchGlob(ctx context.Context, c *Call, r *pathResolver, field string, g *g
 }
 
 // collectOne downloads f into the store as name. It returns nil, nil when
-// the file holds more than room bytes (it grew since it was listed).
+// the file holds more than room bytes (it grew since it was listed); an
+// artifact of that name is then left as it was.
 func collectOne(ctx context.Context, c *Call, cli *client.Client, root *os.Root, f collectFile, name string, room int64, inline bool, inlineLeft *int64) (*artifactOut, error) {
 	dl, err := cli.Download(ctx, f.abs)
 	if err != nil {
@@ -777,18 +780,16 @@ func collectOne(ctx context.Context, c *Call, cli *client.Client, root *os.Root,
 	if peek != nil {
 		w = peek
 	}
-	lr := &io.LimitedReader{R: dl, N: room + 1}
-	n, sum, err := writeArtifact(root, name, lr, f.mode, w)
+	n, sum, err := writeArtifact(root, name, dl, f.mode, w, room)
+	if errors.Is(err, errArtifactTooBig) {
+		return nil, nil
+	}
 	if err != nil {
 		// A read error may be the sandbox going away mid-download.
 		if cerr := c.Check(err); isLost(cerr) {
 			return nil, cerr
 		}
 		return nil, err
-	}
-	if n > room {
-		_ = root.Remove(name)
-		return nil, nil
 	}
 	a := &artifactOut{Name: name, Ref: schemeArtifact + name, Path: f.rel, Bytes: n, SHA256: sum}
 	if inline {

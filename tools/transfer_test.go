@@ -1,9 +1,11 @@
 package tools
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -292,6 +294,77 @@ func TestCollectOutputsInlineBudget(t *testing.T) {
 	out, _ := okAs[collectOutputsOutput](h, "collect_outputs", map[string]any{"globs": []string{"*.txt"}, "inline": true})
 	if len(out.Artifacts) != 2 || out.Artifacts[0].Content != "alpha" || out.Artifacts[1].Content != "" || !strings.Contains(out.Artifacts[1].ContentOmitted, "inline budget") {
 		t.Errorf("inline budget: %+v", out.Artifacts)
+	}
+}
+
+// A file that grew past what is left of max_bytes between its listing and
+// its download is not stored, and the artifact of the same name that an
+// earlier call stored stays as it was (no temporary is left either).
+func TestCollectGrownFileKeepsEarlierArtifact(t *testing.T) {
+	h := newHarness(t, harnessOptions{config: Config{ArtifactsDir: t.TempDir()}})
+	h.sbWrite("out/a.txt", "good")
+	h.ok("collect_outputs", map[string]any{"globs": []string{"out/a.txt"}}, nil)
+	h.sbWrite("out/a.txt", "grown past the room")
+
+	store, err := artifactStoreFor(h.deps.Config, h.ws)
+	if err != nil {
+		t.Fatal(err)
+	}
+	root, err := store.openForWrite()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer root.Close()
+	l := h.lease()
+	c := &Call{ctx: context.Background(), d: h.deps, ws: h.ws, tool: "collect_outputs", lease: l}
+	f := collectFile{abs: h.sbPath("out/a.txt"), rel: "out/a.txt", size: 4, mode: 0o644}
+	inlineLeft := int64(1 << 10)
+	a, err := collectOne(t.Context(), c, l.Client, root, f, "out/a.txt", 4, true, &inlineLeft)
+	if err != nil || a != nil {
+		t.Fatalf("collectOne of a grown file = %+v, %v; want nil, nil", a, err)
+	}
+	if got, err := os.ReadFile(filepath.Join(store.dir, "out", "a.txt")); err != nil || string(got) != "good" {
+		t.Fatalf("the earlier artifact is now %q, %v; want it kept", got, err)
+	}
+	entries, err := os.ReadDir(filepath.Join(store.dir, "out"))
+	if err != nil || len(entries) != 1 {
+		t.Fatalf("store holds %v, %v; want only a.txt", entries, err)
+	}
+	if inlineLeft != 1<<10 {
+		t.Errorf("the inline budget was charged: %d", inlineLeft)
+	}
+}
+
+// Each input is resolved against what the inputs before it made: a later
+// input that fails removes only what it created, not a directory an earlier
+// input of the same call created and filled.
+func TestStageInputsFailureKeepsEarlierInputs(t *testing.T) {
+	h := newHarness(t, harnessOptions{})
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "a.txt"), []byte("A"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer root.Close()
+	l := h.lease()
+	st := &stager{c: &Call{d: h.deps, ws: h.ws, tool: "stage_inputs", lease: l}, cli: l.Client, root: l.Sandbox.Workdir}
+	plan := func(i int, rel, to string) stagePlan {
+		from := "host://data/" + rel
+		return stagePlan{field: fmt.Sprintf("inputs[%d]", i), spec: stageInputSpec{From: from, To: to}, mode: "copy", to: to,
+			tree: &hostTree{from: from, root: root, rel: rel, files: []hostFile{{size: 1, mode: 0o644}}}}
+	}
+	if _, err := st.stage(t.Context(), plan(0, "a.txt", "out/a.txt")); err != nil {
+		t.Fatal(err)
+	}
+	// A file that went away after the scan: its upload fails.
+	if _, err := st.stage(t.Context(), plan(1, "gone.txt", "out/b.txt")); err == nil {
+		t.Fatal("staging a file that is gone succeeded")
+	}
+	if !h.sbExists("out/a.txt") || string(h.sbRead("out/a.txt")) != "A" {
+		t.Fatal("the failed input removed what the input before it staged")
 	}
 }
 

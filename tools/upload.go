@@ -57,9 +57,9 @@ type uploadResult struct {
 // Modes are applied afterwards with one chmod per distinct mode (envd has no
 // chmod RPC). A replaced file keeps its previous mode unless a mode is given.
 type uploadBatch struct {
-	c     *Call
-	cli   *client.Client
-	root  string // the workspace root, for messages
+	c *Call
+	// r resolved the destinations; what it saw of them is not asked again.
+	r     *pathResolver
 	items []uploadItem
 	// fresh says no destination exists yet (they all lie under a directory
 	// that is missing), which saves a Stat per file.
@@ -89,7 +89,7 @@ func (b *uploadBatch) run(ctx context.Context) ([]uploadResult, error) {
 	}
 	results := make([]uploadResult, len(b.items))
 	for i, it := range b.items {
-		e, err := b.cli.Move(ctx, b.temps[i], it.dest)
+		e, err := b.r.cli.Move(ctx, b.temps[i], it.dest)
 		if err != nil {
 			err = b.c.Check(err)
 			if isLost(err) {
@@ -124,16 +124,16 @@ func (b *uploadBatch) prepare(ctx context.Context) error {
 		return nil
 	}
 	for i, it := range b.items {
-		e, err := b.cli.Stat(ctx, it.dest)
+		e, exists, err := b.r.stat(ctx, it.dest)
 		switch {
-		case client.IsNotFound(err):
+		case err != nil:
+			return b.c.Check(err)
+		case !exists:
 			top, err := b.missingTop(ctx, it.field, path.Dir(it.dest))
 			if err != nil {
 				return err
 			}
 			b.addNewDir(top)
-		case err != nil:
-			return b.c.Check(err)
 		case e.Type == client.TypeDir:
 			return inputErr(it.field, "%s is a directory; give the path of a file inside it", it.shown)
 		case e.Type != client.TypeFile:
@@ -150,16 +150,16 @@ func (b *uploadBatch) prepare(ctx context.Context) error {
 func (b *uploadBatch) missingTop(ctx context.Context, field, dir string) (string, error) {
 	top := ""
 	for d := dir; d != "/" && d != "."; d = path.Dir(d) {
-		e, err := b.cli.Stat(ctx, d)
-		if client.IsNotFound(err) {
-			top = d
-			continue
-		}
+		e, exists, err := b.r.stat(ctx, d)
 		if err != nil {
 			return "", b.c.Check(err)
 		}
+		if !exists {
+			top = d
+			continue
+		}
 		if e.Type != client.TypeDir {
-			return "", inputErr(field, "cannot create files under %s: it is not a directory", relPath(b.root, d))
+			return "", inputErr(field, "cannot create files under %s: it is not a directory", b.r.rel(d))
 		}
 		break
 	}
@@ -181,9 +181,9 @@ func (b *uploadBatch) upload(ctx context.Context, i int) error {
 		return fmt.Errorf("reading the content of %s: %w", it.shown, err)
 	}
 	defer r.Close()
-	tmp := tempName(it.dest)
+	tmp := tempName(it.dest, tmpMarker)
 	b.temps[i] = tmp
-	return b.c.Check(b.cli.Upload(ctx, tmp, r, client.UploadOptions{}))
+	return b.c.Check(b.r.cli.Upload(ctx, tmp, r, client.UploadOptions{}))
 }
 
 // abort removes what the batch created and returns err explained.
@@ -199,7 +199,7 @@ func (b *uploadBatch) abort(err error, what string) error {
 	if errors.As(err, &ie) {
 		return err
 	}
-	return batchFailure(b.root, what+"; nothing was changed", err)
+	return batchFailure(b.r.root, what+"; nothing was changed", err)
 }
 
 // removeTemps removes the temporaries from index from on.
@@ -211,7 +211,7 @@ func (b *uploadBatch) removeTemps(from int) {
 	}
 }
 
-func (b *uploadBatch) remove(p string) { removeQuietly(b.c, b.cli, p) }
+func (b *uploadBatch) remove(p string) { removeQuietly(b.c, b.r.cli, p) }
 
 // removeQuietly deletes p in the sandbox, even when the call's context
 // ended, logging a failure (it only cleans up after another failure).
@@ -244,17 +244,17 @@ func (b *uploadBatch) applyModes(ctx context.Context, results []uploadResult) er
 	}
 	for _, mode := range order {
 		args := append([]string{octalMode(mode), "--"}, groups[mode]...)
-		res, err := b.cli.Run(ctx, client.Command{Cmd: "chmod", Args: args}, client.RunOptions{StdoutLimit: -1, StderrLimit: 4 << 10})
+		res, err := b.r.cli.Run(ctx, client.Command{Cmd: "chmod", Args: args}, client.RunOptions{StdoutLimit: -1, StderrLimit: 4 << 10})
 		if err != nil {
 			err = b.c.Check(err)
 			if isLost(err) {
 				return err
 			}
-			return batchFailure(b.root, "the files were written, but setting their modes failed", err)
+			return batchFailure(b.r.root, "the files were written, but setting their modes failed", err)
 		}
 		if res.ExitCode != 0 {
 			return connect.NewError(connect.CodeInternal, fmt.Errorf("the files were written, but setting their modes failed: chmod %s exited with status %d: %s",
-				octalMode(mode), res.ExitCode, relText(b.root, strings.TrimSpace(string(res.Stderr.Bytes())))))
+				octalMode(mode), res.ExitCode, relText(b.r.root, strings.TrimSpace(string(res.Stderr.Bytes())))))
 		}
 	}
 	return nil
@@ -268,13 +268,13 @@ func (b *uploadBatch) partialError(i int, err error) error {
 		for _, d := range b.newDirs {
 			b.remove(d)
 		}
-		return batchFailure(b.root, fmt.Sprintf("moving %s into place failed; nothing was changed", failed), err)
+		return batchFailure(b.r.root, fmt.Sprintf("moving %s into place failed; nothing was changed", failed), err)
 	}
 	names := make([]string, i)
 	for k, it := range b.items[:i] {
 		names[k] = it.shown
 	}
-	return batchFailure(b.root, fmt.Sprintf("moving %s into place failed after %d file(s) were already written (%s); the others were not changed",
+	return batchFailure(b.r.root, fmt.Sprintf("moving %s into place failed after %d file(s) were already written (%s); the others were not changed",
 		failed, i, strings.Join(names, ", ")), err)
 }
 
@@ -285,15 +285,16 @@ func batchFailure(root, msg string, err error) error {
 	return connect.NewError(connect.CodeOf(err), errors.New(relText(root, msg+": "+rootCause(err))))
 }
 
-// tempName returns a fresh temporary name beside dest.
-func tempName(dest string) string {
+// tempName returns a fresh temporary name beside dest (a slash path),
+// recognisable by marker.
+func tempName(dest, marker string) string {
 	var b [6]byte
 	_, _ = rand.Read(b[:])
 	base := path.Base(dest)
 	if len(base) > 100 {
 		base = base[:100] // leave room under NAME_MAX for the suffix
 	}
-	return path.Join(path.Dir(dest), "."+base+tmpMarker+hex.EncodeToString(b[:]))
+	return path.Join(path.Dir(dest), "."+base+marker+hex.EncodeToString(b[:]))
 }
 
 // octalMode formats a mode as four octal digits ("0755").
@@ -317,37 +318,6 @@ func parseMode(field, s string) (fs.FileMode, error) {
 func isLost(err error) bool {
 	_, ok := manage.IsLost(err)
 	return ok
-}
-
-// resolveIn resolves p with r (see pathResolver.resolve) and passes envd
-// errors through c.Check. A daemon that confines paths itself refuses a
-// Stat of a link leading outside before the resolver sees the link; that
-// refusal becomes the same input error the resolver gives.
-func resolveIn(ctx context.Context, c *Call, r *pathResolver, field, p string) (string, error) {
-	abs, err := r.resolve(ctx, field, p)
-	return abs, resolveErr(c, field, p, err)
-}
-
-// followIn is resolveIn for pathResolver.follow: abs with every symlink
-// resolved.
-func followIn(ctx context.Context, c *Call, r *pathResolver, field, p, abs string) (string, error) {
-	real, err := r.follow(ctx, field, p, abs)
-	return real, resolveErr(c, field, p, err)
-}
-
-func resolveErr(c *Call, field, p string, err error) error {
-	if err == nil {
-		return nil
-	}
-	if connect.CodeOf(err) == connect.CodePermissionDenied {
-		return inputErr(field, "path %q resolves (through a symlink) outside the workspace; refused", p)
-	}
-	return c.Check(err)
-}
-
-// relPath returns abs relative to the workspace root root, for messages.
-func relPath(root, abs string) string {
-	return newPathResolver(root, nil).rel(abs)
 }
 
 // relText rewrites absolute sandbox paths under root in an envd message as
