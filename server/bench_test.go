@@ -2,25 +2,14 @@ package server
 
 import (
 	"context"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
-)
 
-// reportLatencies reports the median and 99th percentile of ds (ms).
-func reportLatencies(b *testing.B, ds []time.Duration) {
-	if len(ds) == 0 {
-		return
-	}
-	slices.Sort(ds)
-	at := func(p int) float64 {
-		return float64(ds[min(len(ds)-1, len(ds)*p/100)]) / float64(time.Millisecond)
-	}
-	b.ReportMetric(at(50), "p50-ms")
-	b.ReportMetric(at(99), "p99-ms")
-}
+	"github.com/sandbox-mcp/sandbox-mcp/envd/client"
+	"github.com/sandbox-mcp/sandbox-mcp/envd/envdtest"
+)
 
 // argv, not command: the comparison is with the envd client running `true`
 // directly, without a login shell.
@@ -38,7 +27,7 @@ func benchCalls(b *testing.B, c *mcpClient, tool string, args any) {
 		}
 		ds = append(ds, time.Since(start))
 	}
-	reportLatencies(b, ds)
+	envdtest.ReportPercentiles(b, ds)
 }
 
 // BenchmarkHTTPNoop: a call that acquires the sandbox and runs nothing in
@@ -64,11 +53,41 @@ func BenchmarkHTTPExecTrue(b *testing.B) {
 }
 
 // BenchmarkStdioExecTrue: one workspace_exec `true` over in-process stdio
-// pipes.
+// pipes. Its baseline is BenchmarkEnvdRunTrue.
 func BenchmarkStdioExecTrue(b *testing.B) {
 	e := newEnv(b, envOptions{noHTTP: true})
 	c, _ := e.stdioClient(b, context.Background(), true)
 	benchCalls(b, c, "workspace_exec", execTrue)
+}
+
+// BenchmarkEnvdRunTrue is the baseline of the server benchmarks: the envd
+// client's Run of `true` (as workspace_exec runs argv ["true"]: in the
+// workdir, looked up in PATH) in the same kind of sandbox they use
+// (managetest: an envd daemon in the test process), without MCP, the
+// server or the tools.
+func BenchmarkEnvdRunTrue(b *testing.B) {
+	e := newEnv(b, envOptions{noHTTP: true})
+	ws := e.srv.StdioWorkspace()
+	l, err := e.manager.Acquire(context.Background(), ws.Key, ws.Named)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer l.Release()
+	cmd := client.Command{Cmd: "true", Cwd: l.Sandbox.Workdir}
+	run := func() {
+		res, err := l.Client.Run(context.Background(), cmd, client.RunOptions{})
+		if err != nil || res.ExitCode != 0 {
+			b.Fatalf("run true: %+v %v", res, err)
+		}
+	}
+	run() // the connection is warm before timing
+	var ds []time.Duration
+	for b.Loop() {
+		start := time.Now()
+		run()
+		ds = append(ds, time.Since(start))
+	}
+	envdtest.ReportPercentiles(b, ds)
 }
 
 // BenchmarkConcurrentSessions: 32 HTTP sessions (one sandbox each) making 50
@@ -112,12 +131,12 @@ func BenchmarkConcurrentSessions(b *testing.B) {
 				}
 				wg.Wait()
 			}
-			if n := errs.Load(); n > 0 {
-				b.Fatalf("%d of %d calls failed", n, int64(b.N)*sessions*calls)
-			}
-			reportLatencies(b, all)
+			envdtest.ReportPercentiles(b, all)
 			b.ReportMetric(float64(len(all))/b.Elapsed().Seconds(), "calls/s")
-			b.ReportMetric(0, "errors")
+			b.ReportMetric(float64(errs.Load()), "errors")
+			if n := errs.Load(); n > 0 {
+				b.Errorf("%d of %d calls failed", n, int64(b.N)*sessions*calls)
+			}
 		})
 	}
 }

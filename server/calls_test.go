@@ -255,11 +255,14 @@ func TestMetrics(t *testing.T) {
 		`sandbox_mcp_sandbox_creations_total 1`,
 		`sandbox_mcp_http_sessions_active 1`,
 		`# TYPE sandbox_mcp_tool_call_duration_seconds histogram`,
-		`sandbox_mcp_http_requests_total{path="/mcp",code="200"}`,
 	} {
-		if !strings.Contains(body, want+"\n") && !strings.Contains(body, want) {
-			t.Errorf("/metrics lacks %q", want)
+		// Whole lines: "} 2" must not match "} 20".
+		if !strings.Contains(body, "\n"+want+"\n") {
+			t.Errorf("/metrics lacks the line %q", want)
 		}
+	}
+	if !strings.Contains(body, "\n"+`sandbox_mcp_http_requests_total{path="/mcp",code="200"} `) {
+		t.Errorf("/metrics lacks a count of /mcp requests answered 200")
 	}
 	if t.Failed() {
 		t.Log(body)

@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -165,8 +167,72 @@ func TestEventStoreBounded(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if n := len(small.sessions["s"].events); n != 1 {
+	if n := small.sessions["s"].n; n != 1 {
 		t.Fatalf("byte-bounded store kept %d events", n)
+	}
+}
+
+// TestEventStoreRing stores many more events than the store keeps, on two
+// streams, and checks every replay against a plain list of the events that
+// should be kept: the ring wraps many times, and a byte bound drops events
+// as well.
+func TestEventStoreRing(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name                string
+		maxEvents, maxBytes int
+	}{{"count-bound", 5, 1 << 20}, {"byte-bound", 40, 3 * 12}, {"one", 1, 1 << 20}} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newEventStore(tc.maxEvents, tc.maxBytes)
+			type event struct{ id, stream, msg string }
+			var all, kept []event
+			for i := range 100 {
+				stream := []string{"a", "b", "a"}[i%3]
+				msg := fmt.Sprintf(`{"n":%06d}`, i) // 12 bytes
+				id, err := s.StoreEvent(ctx, "s", stream, json.RawMessage(msg))
+				if err != nil {
+					t.Fatal(err)
+				}
+				ev := event{id, stream, msg}
+				all = append(all, ev)
+				kept = append(kept, ev)
+				for len(kept) > tc.maxEvents || (len(kept)*12 > tc.maxBytes && len(kept) > 1) {
+					kept = kept[1:]
+				}
+				if l := s.sessions["s"]; l.n != len(kept) || l.bytes != 12*len(kept) {
+					t.Fatalf("after %d events: holds %d (%d bytes), want %d", i+1, l.n, l.bytes, len(kept))
+				}
+				for _, from := range all {
+					var got []string
+					stream, err := s.ReplayEventsAfter(ctx, "s", from.id, func(_ string, m json.RawMessage) error {
+						got = append(got, string(m))
+						return nil
+					})
+					k := slices.IndexFunc(kept, func(e event) bool { return e.id == from.id })
+					if k < 0 {
+						if !errors.Is(err, mcpserver.ErrUnknownEventID) {
+							t.Fatalf("replay after evicted event %s: %v", from.id, err)
+						}
+						continue
+					}
+					var want []string
+					for _, e := range kept[k+1:] {
+						if e.stream == from.stream {
+							want = append(want, e.msg)
+						}
+					}
+					if err != nil || stream != from.stream || !slices.Equal(got, want) {
+						t.Fatalf("replay after %s: stream %q events %v err %v; want %q %v", from.id, stream, got, err, from.stream, want)
+					}
+				}
+			}
+		})
+	}
+}
+
+func TestQuoteLabel(t *testing.T) {
+	if got, want := quote("a\\b\"c\nd"), `"a\\b\"c\nd"`; got != want {
+		t.Fatalf("quote = %s, want %s", got, want)
 	}
 }
 

@@ -33,9 +33,43 @@ type eventStore struct {
 	sessions map[string]*eventLog
 }
 
+// eventLog is one session's events, oldest first, in a ring that grows up
+// to maxEvents entries.
 type eventLog struct {
-	events []storedEvent // in store order
-	bytes  int
+	ring  []storedEvent
+	head  int // index of the oldest event
+	n     int // events held
+	bytes int // total message bytes held
+}
+
+// at returns the i-th oldest event.
+func (l *eventLog) at(i int) storedEvent { return l.ring[(l.head+i)%len(l.ring)] }
+
+// push appends ev, first dropping the oldest event when the ring is full at
+// maxEvents.
+func (l *eventLog) push(ev storedEvent, maxEvents int) {
+	if l.n == len(l.ring) {
+		if len(l.ring) < maxEvents {
+			grown := make([]storedEvent, min(max(2*len(l.ring), 16), maxEvents))
+			for i := range l.n {
+				grown[i] = l.at(i)
+			}
+			l.ring, l.head = grown, 0
+		} else {
+			l.pop()
+		}
+	}
+	l.ring[(l.head+l.n)%len(l.ring)] = ev
+	l.n++
+	l.bytes += len(ev.message)
+}
+
+// pop drops the oldest event.
+func (l *eventLog) pop() {
+	l.bytes -= len(l.ring[l.head].message)
+	l.ring[l.head] = storedEvent{} // let the message be collected
+	l.head = (l.head + 1) % len(l.ring)
+	l.n--
 }
 
 type storedEvent struct {
@@ -60,16 +94,9 @@ func (s *eventStore) StoreEvent(_ context.Context, sessionID, streamID string, m
 		s.sessions[sessionID] = log
 	}
 	s.seq++
-	log.events = append(log.events, storedEvent{seq: s.seq, stream: streamID, message: msg})
-	log.bytes += len(msg)
-	drop := 0
-	for len(log.events)-drop > s.maxEvents || (log.bytes > s.maxBytes && len(log.events)-drop > 1) {
-		log.bytes -= len(log.events[drop].message)
-		drop++
-	}
-	if drop > 0 {
-		// Copy down so the evicted messages can be collected.
-		log.events = append(log.events[:0:0], log.events[drop:]...)
+	log.push(storedEvent{seq: s.seq, stream: streamID, message: msg}, s.maxEvents)
+	for log.bytes > s.maxBytes && log.n > 1 {
+		log.pop()
 	}
 	return strconv.FormatInt(s.seq, 10), nil
 }
@@ -86,13 +113,14 @@ func (s *eventStore) ReplayEventsAfter(_ context.Context, sessionID, lastEventID
 	var tail []storedEvent
 	found := false
 	if log != nil {
-		for i, ev := range log.events {
+		for i := range log.n {
+			ev := log.at(i)
 			if found && ev.stream == stream {
 				tail = append(tail, ev)
 			}
 			if !found && ev.seq == last {
 				found, stream = true, ev.stream
-				tail = make([]storedEvent, 0, len(log.events)-i-1)
+				tail = make([]storedEvent, 0, log.n-i-1)
 			}
 		}
 	}

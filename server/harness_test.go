@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/ecdsa"
@@ -426,6 +427,61 @@ func (e *testEnv) openStream(t testing.TB, sid string) <-chan struct{} {
 	return ended
 }
 
+// listen opens the listening GET stream of session sid and returns the data
+// of each SSE event it carries, and a function that closes the stream.
+func (e *testEnv) listen(t testing.TB, sid string) (<-chan string, func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, e.base+"/mcp", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set(mcpserver.HeaderKeySessionID, sid)
+	req.Header.Set(mcp.HeaderProtocolVersion, mcp.ProtocolVersion20251125)
+	req.Header.Set("Accept", "text/event-stream")
+	resp, err := (&http.Client{Transport: e.rt}).Do(req)
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		resp.Body.Close()
+		cancel()
+		t.Fatalf("GET stream: %d", resp.StatusCode)
+	}
+	events := make(chan string, 64)
+	go func() {
+		defer resp.Body.Close()
+		sc := bufio.NewScanner(resp.Body)
+		for sc.Scan() {
+			if data, ok := strings.CutPrefix(sc.Text(), "data: "); ok {
+				select {
+				case events <- data:
+				default:
+				}
+			}
+		}
+	}()
+	t.Cleanup(cancel)
+	return events, cancel
+}
+
+// mcpKnows reports whether mcp-go still holds session sid (its transport
+// state is released with its registration). The probe changes nothing.
+func (e *testEnv) mcpKnows(sid string) bool {
+	return !errors.Is(e.srv.MCP().DeleteSessionTools(sid), mcpserver.ErrSessionNotFound)
+}
+
+// initialized sends notifications/initialized in raw session sid.
+func (e *testEnv) initialized(t testing.TB, sid string) {
+	t.Helper()
+	resp, body := e.rawRequest(t, http.MethodPost, "/mcp", `{"jsonrpc":"2.0","method":"notifications/initialized"}`,
+		map[string]string{mcpserver.HeaderKeySessionID: sid, mcp.HeaderProtocolVersion: mcp.ProtocolVersion20251125})
+	if resp.StatusCode != http.StatusAccepted {
+		t.Fatalf("notifications/initialized: %d %s", resp.StatusCode, body)
+	}
+}
+
 // waitFor polls cond until it holds; it is for effects of other goroutines
 // or processes that signal nothing (a sandbox disappearing, a process
 // dying), never a substitute for a synchronisation the test controls.
@@ -574,7 +630,8 @@ func panicTool() tools.Tool {
 }
 
 // blockTool blocks until released or until its call's context ends, and
-// reports both to the test.
+// reports both to the test. Given a progress token, it sends one progress
+// notification before it blocks.
 type blockTool struct {
 	started   chan struct{}
 	release   chan struct{}
@@ -588,6 +645,12 @@ func newBlockTool() *blockTool {
 func (b *blockTool) tool() tools.Tool {
 	def := mcp.NewToolWithRawSchema("test_block", "block until released or cancelled", json.RawMessage(`{"type":"object"}`))
 	return tools.Tool{Toolset: tools.ToolsetAdmin, Def: def, Handler: func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		if req.Params.Meta != nil && req.Params.Meta.ProgressToken != nil {
+			if err := mcpserver.ServerFromContext(ctx).SendNotificationToClient(ctx, string(mcp.MethodNotificationProgress),
+				map[string]any{"progressToken": req.Params.Meta.ProgressToken, "progress": 1}); err != nil {
+				return mcp.NewToolResultError(err.Error()), nil
+			}
+		}
 		b.started <- struct{}{}
 		select {
 		case <-b.release:

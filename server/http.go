@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/mark3labs/mcp-go/mcp"
@@ -34,12 +35,11 @@ type httpCallKey struct{}
 // Handler returns the HTTP handler: /mcp (streamable HTTP behind the
 // middleware), /healthz and /metrics. The middleware order, outermost first:
 // request logging and metrics, the Host check on loopback connections (DNS
-// rebinding), the Origin allowlist (and CORS), bearer authentication
-// (not for /healthz), the body limit, then the session checks (a session id
-// used by another principal → 404; a request without a session id from a
-// revision that has sessions → 400; an invalid Sandbox-Workspace → 400).
-// mcp-go's own Host check stays on as well. Every call returns the same
-// handler.
+// rebinding; mcp-go's copy of it is off), the Origin allowlist (and CORS),
+// bearer authentication (not for /healthz), the body limit, then the session
+// checks (a session id used by another principal → 404; a request without a
+// session id from a revision that has sessions → 400; an invalid
+// Sandbox-Workspace → 400). Every call returns the same handler.
 func (s *Server) Handler() http.Handler {
 	s.httpMu.Lock()
 	defer s.httpMu.Unlock()
@@ -54,10 +54,13 @@ func (s *Server) Handler() http.Handler {
 func (s *Server) buildHTTP() {
 	s.streamable = server.NewStreamableHTTPServer(s.mcp,
 		// Stateful: ids are minted and checked by the registry, unknown and
-		// ended ones get 404, and Terminate (DELETE, idle expiry) applies the
+		// ended ones get 404, and Terminate (DELETE) applies the
 		// end-of-session policy. Revision 2026-07-28 requests bypass it.
+		// No WithSessionIdleTTL: the registry's sweeper ends idle sessions
+		// (see sessionRegistry) and releases mcp-go's state of them.
 		server.WithSessionIdManagerResolver(s.sessions),
-		server.WithSessionIdleTTL(s.cfg.SessionIdleTTL),
+		// checkHost covers every path, /mcp included.
+		server.WithDisableLocalhostProtection(true),
 		// Required, not optional: without an event store mcp-go can drop the
 		// last notification a handler sends before returning.
 		server.WithEventStore(newEventStore(eventStoreMaxEvents, eventStoreMaxBytes)),
@@ -67,6 +70,10 @@ func (s *Server) buildHTTP() {
 		}),
 		server.WithStreamableHTTPLogger(s.log),
 	)
+	streamable := s.streamable
+	s.sessions.mu.Lock()
+	s.sessions.release = func(id string) { releaseSession(streamable, id) }
+	s.sessions.mu.Unlock()
 	s.sessions.startSweeper()
 	mux := http.NewServeMux()
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
@@ -76,6 +83,37 @@ func (s *Server) buildHTTP() {
 	mux.Handle("/metrics", s.authenticate(http.HandlerFunc(s.serveMetrics)))
 	mux.Handle("/mcp", s.authenticate(s.limitBody(s.checkSession(s.track(s.streamable)))))
 	s.handler = s.logRequests(s.checkHost(s.checkOrigin(mux)))
+}
+
+// releaseSession drops mcp-go's state of a session the registry ended by
+// itself (idle): its registration, listening stream, resumable streams and
+// stored events. A DELETE is the one entry point that releases all of it;
+// the registry no longer knows the id, so the DELETE's Terminate is a no-op.
+func releaseSession(streamable *server.StreamableHTTPServer, id string) {
+	req, err := http.NewRequestWithContext(context.Background(), http.MethodDelete, "/mcp", nil)
+	if err != nil {
+		return // a constant, valid request: does not happen
+	}
+	req.Header.Set(server.HeaderKeySessionID, id)
+	req.Header.Set(mcp.HeaderProtocolVersion, mcp.ProtocolVersion20251125)
+	streamable.ServeHTTP(discardResponse{header: http.Header{}}, req)
+}
+
+// discardResponse is a ResponseWriter that drops what is written to it.
+type discardResponse struct{ header http.Header }
+
+func (d discardResponse) Header() http.Header         { return d.header }
+func (d discardResponse) Write(p []byte) (int, error) { return len(p), nil }
+func (d discardResponse) WriteHeader(int)             {}
+
+// EndpointURL is the URL of the MCP endpoint served on addr: https when
+// Config.TLSCert is set.
+func (s *Server) EndpointURL(addr net.Addr) string {
+	scheme := "http"
+	if s.cfg.TLSCert != "" {
+		scheme = "https"
+	}
+	return scheme + "://" + addr.String() + "/mcp"
 }
 
 // ServeHTTP serves Handler on ln (TLS when Config.TLSCert and TLSKey are set)
@@ -112,11 +150,7 @@ func (s *Server) ServeHTTP(ctx context.Context, ln net.Listener) error {
 			served <- srv.Serve(ln)
 		}
 	}()
-	scheme := "http"
-	if tlsOn {
-		scheme = "https"
-	}
-	s.log.Info("serving MCP over streamable HTTP", "url", scheme+"://"+ln.Addr().String()+"/mcp", "tls", tlsOn, "auth", len(s.tokens) > 0)
+	s.log.Info("serving MCP over streamable HTTP", "url", s.EndpointURL(ln.Addr()), "tls", tlsOn, "auth", len(s.tokens) > 0)
 
 	select {
 	case err := <-served:
@@ -146,22 +180,24 @@ func (s *Server) ServeHTTP(ctx context.Context, ln net.Listener) error {
 	return s.Shutdown(context.Background())
 }
 
-// Shutdown ends every HTTP session (end-of-session policy: anonymous
-// workspaces killed, named ones paused), stops the idle-session sweeper and
-// shuts the Manager down (which applies the policy to every other
-// workspace). ServeHTTP calls it; call it yourself after serving Handler
-// elsewhere. Later calls return the first call's result.
+// Shutdown stops the idle-session sweeper, ends every HTTP session and
+// releases mcp-go's state of them, then shuts the Manager down, which
+// applies the end-of-session policy to every workspace once (anonymous ones
+// killed, named ones paused). ServeHTTP calls it; call it yourself after
+// serving Handler elsewhere, or after ServeStdio or in-process calls.
+// Later calls return the first call's result.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.shutdownOnce.Do(func() {
+		s.sessions.stopSweeping()
+		s.sessions.closeAll()
 		s.httpMu.Lock()
 		streamable := s.streamable
 		s.httpMu.Unlock()
 		if streamable != nil {
-			// Stops mcp-go's sweeper and closes listening streams.
+			// Closes listening streams and drops every session's state; its
+			// Terminate calls find the registry empty.
 			_ = streamable.Shutdown(ctx)
 		}
-		s.sessions.stopSweeping()
-		s.sessions.terminateAll()
 		s.shutdownErr = s.manager.Shutdown(ctx)
 	})
 	return s.shutdownErr
@@ -274,9 +310,11 @@ func (s *Server) track(next http.Handler) http.Handler {
 
 type bodyKey struct{}
 
-// limitBody reads a POST body up to Config.MaxBodyBytes (413 with a JSON-RPC
-// error beyond) and keeps it for the session checks; mcp-go reads whole
-// bodies into memory anyway.
+// limitBody limits POST bodies to Config.MaxBodyBytes: beyond it the
+// request gets 413 with a JSON-RPC error. A body is read into memory here
+// only when checkSession must look into it (no session id and no
+// 2026-07-28 protocol header: is it initialize?); otherwise mcp-go reads it
+// through http.MaxBytesReader and an overflow is turned into the same 413.
 func (s *Server) limitBody(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodPost {
@@ -284,18 +322,21 @@ func (s *Server) limitBody(next http.Handler) http.Handler {
 			return
 		}
 		limit := s.cfg.MaxBodyBytes
-		tooLarge := func() {
-			writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body exceeds the limit of %d bytes", limit))
-		}
 		if r.ContentLength > limit {
-			tooLarge()
+			writeTooLarge(w, limit)
+			return
+		}
+		if r.Header.Get(server.HeaderKeySessionID) != "" || mcp.IsModernProtocol(r.Header.Get(mcp.HeaderProtocolVersion)) {
+			body := &limitedBody{ReadCloser: http.MaxBytesReader(w, r.Body, limit)}
+			r.Body = body
+			next.ServeHTTP(&limitWriter{ResponseWriter: w, body: body, limit: limit}, r)
 			return
 		}
 		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
 		if err != nil {
 			var mbe *http.MaxBytesError
 			if errors.As(err, &mbe) {
-				tooLarge()
+				writeTooLarge(w, limit)
 				return
 			}
 			writeError(w, http.StatusBadRequest, "reading the request body: "+err.Error())
@@ -306,6 +347,68 @@ func (s *Server) limitBody(next http.Handler) http.Handler {
 		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), bodyKey{}, body)))
 	})
 }
+
+func writeTooLarge(w http.ResponseWriter, limit int64) {
+	writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body exceeds the limit of %d bytes", limit))
+}
+
+// limitedBody records that reading the body hit the limit.
+type limitedBody struct {
+	io.ReadCloser
+	exceeded atomic.Bool
+}
+
+func (b *limitedBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	var mbe *http.MaxBytesError
+	if err != nil && errors.As(err, &mbe) {
+		b.exceeded.Store(true)
+	}
+	return n, err
+}
+
+// limitWriter answers 413 in place of the response of a request whose body
+// hit the limit (mcp-go reads the whole body before it writes anything).
+type limitWriter struct {
+	http.ResponseWriter
+	body    *limitedBody
+	limit   int64
+	started sync.Once // the response begins: the handler's, or the 413
+	refused bool      // the 413 was written: drop the handler's response
+}
+
+func (w *limitWriter) start() {
+	w.started.Do(func() {
+		if w.body.exceeded.Load() {
+			w.refused = true
+			writeTooLarge(w.ResponseWriter, w.limit)
+		}
+	})
+}
+
+func (w *limitWriter) WriteHeader(code int) {
+	w.start()
+	if !w.refused {
+		w.ResponseWriter.WriteHeader(code)
+	}
+}
+
+func (w *limitWriter) Write(p []byte) (int, error) {
+	w.start()
+	if w.refused {
+		return len(p), nil
+	}
+	return w.ResponseWriter.Write(p)
+}
+
+func (w *limitWriter) Flush() {
+	w.start()
+	if f, ok := w.ResponseWriter.(http.Flusher); ok && !w.refused {
+		f.Flush()
+	}
+}
+
+func (w *limitWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // checkSession refuses what mcp-go would accept but must not be:
 //   - a session id created by another principal (404, as for an unknown id:
@@ -351,6 +454,7 @@ func needsSession(r *http.Request) bool {
 	default:
 		return false
 	}
+	// limitBody buffered the body: no session id and no modern header.
 	body, _ := r.Context().Value(bodyKey{}).([]byte)
 	var msg struct {
 		Method string `json:"method"`

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"io"
 	"net/http"
 	"slices"
 	"strings"
@@ -270,23 +271,52 @@ func TestBodyLimit(t *testing.T) {
 	if !strings.Contains(body, `"jsonrpc":"2.0"`) || !strings.Contains(body, "4096") {
 		t.Fatalf("413 body is not a JSON-RPC error naming the limit: %s", body)
 	}
-	// Without Content-Length (chunked) the limit holds as well.
-	ctx := context.Background()
-	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, e.base+"/mcp", struct{ *strings.Reader }{strings.NewReader(big)})
-	req.Header.Set("Content-Type", "application/json")
-	req.ContentLength = -1
-	r2, err := (&http.Client{Transport: e.rt}).Do(req)
-	if err != nil {
-		t.Fatal(err)
+	sid := e.rawSession(t, nil)
+	bigList := `{"jsonrpc":"2.0","id":2,"method":"tools/list","params":{"_meta":{"pad":"` + strings.Repeat("x", 5000) + `"}}}`
+	// Without Content-Length (chunked) the limit holds as well, whether the
+	// server buffers the body to look into it (no session id: is it
+	// initialize?) or leaves the reading to mcp-go (a session id, or the
+	// 2026-07-28 header).
+	for name, tc := range map[string]struct {
+		body    string
+		headers map[string]string
+	}{
+		"initialize": {big, nil},
+		"in a session": {bigList, map[string]string{
+			mcpserver.HeaderKeySessionID: sid, mcp.HeaderProtocolVersion: mcp.ProtocolVersion20251125}},
+		"stateless": {bigList, map[string]string{mcp.HeaderProtocolVersion: mcp.ProtocolVersion20260728}},
+	} {
+		req, err := http.NewRequestWithContext(context.Background(), http.MethodPost, e.base+"/mcp", struct{ *strings.Reader }{strings.NewReader(tc.body)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		for k, v := range tc.headers {
+			req.Header.Set(k, v)
+		}
+		req.ContentLength = -1
+		r2, err := (&http.Client{Transport: e.rt}).Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(r2.Body)
+		r2.Body.Close()
+		if r2.StatusCode != http.StatusRequestEntityTooLarge || !strings.Contains(string(b), `"jsonrpc":"2.0"`) || !strings.Contains(string(b), "4096") {
+			t.Errorf("%s: oversized chunked body: %d %s, want 413 with a JSON-RPC error naming the limit", name, r2.StatusCode, b)
+		}
 	}
-	r2.Body.Close()
-	if r2.StatusCode != http.StatusRequestEntityTooLarge {
-		t.Fatalf("oversized chunked body: %d", r2.StatusCode)
-	}
-	// The server keeps serving.
+	// The server keeps serving, on every path.
 	if resp, _ := e.rawRequest(t, http.MethodPost, "/mcp", initializeBody, nil); resp.StatusCode != http.StatusOK {
 		t.Fatalf("after 413: %d", resp.StatusCode)
 	}
+	list := `{"jsonrpc":"2.0","id":3,"method":"tools/list"}`
+	if resp, body := e.rawRequest(t, http.MethodPost, "/mcp", list, map[string]string{
+		mcpserver.HeaderKeySessionID: sid, mcp.HeaderProtocolVersion: mcp.ProtocolVersion20251125}); resp.StatusCode != http.StatusOK || !strings.Contains(body, "test_whoami") {
+		t.Fatalf("session request after 413: %d %s", resp.StatusCode, body)
+	}
+	stateless := e.client(t, clientOptions{})
+	stateless.ok(t, "test_whoami", nil, nil)
 }
 
 func TestMissingSessionID(t *testing.T) {
@@ -483,60 +513,99 @@ func TestIdleSessionExpires(t *testing.T) {
 	c := e.client(t, clientOptions{legacy: true})
 	var w whoami
 	c.ok(t, "test_whoami", nil, &w)
+	sid := c.GetSessionId()
 	waitFor(t, "the idle session's sandbox to be killed", func() bool {
 		return !slices.Contains(e.provider.Live(), w.SandboxID)
 	})
 	if n := e.srv.sessions.count(); n != 0 {
 		t.Fatalf("%d sessions after expiry", n)
 	}
+	// mcp-go's state of the session goes with it.
+	waitFor(t, "mcp-go to release the expired session", func() bool { return !e.mcpKnows(sid) })
 	_, err := c.ListTools(context.Background(), mcp.ListToolsRequest{})
 	if !errors.Is(err, transport.ErrSessionTerminated) {
 		t.Fatalf("expired session: %v", err)
 	}
 }
 
-// TestBusySessionDoesNotExpire: a session whose call outlasts the idle TTL
-// is not ended under it, by either sweeper; it ends once idle.
-func TestBusySessionDoesNotExpire(t *testing.T) {
-	e := newEnv(t, envOptions{idleTTL: time.Hour}) // the sweeps below are run by hand
-	c := e.client(t, clientOptions{legacy: true})
-	var w whoami
-	c.ok(t, "test_whoami", nil, &w)
-	sid := c.GetSessionId()
-	age := func() {
-		e.srv.sessions.mu.Lock()
-		e.srv.sessions.sessions[sid].lastSeen = time.Now().Add(-2 * time.Hour)
-		e.srv.sessions.mu.Unlock()
-	}
-	sweepBoth := func() {
-		e.srv.sessions.sweep()
-		// mcp-go's sweeper terminates through an unbound manager.
-		_, _ = e.srv.sessions.ResolveSessionIdManager(nil).Terminate(sid)
-	}
+// expireIdleSession opens a session and waits until it has expired and
+// mcp-go has released it. A session idle since before it was opened has
+// then been idle for longer than the TTL, and every sweeper that would end
+// it has run over it.
+func (e *testEnv) expireIdleSession(t testing.TB) {
+	t.Helper()
+	sid := e.rawSession(t, nil)
+	waitFor(t, "a fresh idle session to expire", func() bool {
+		_, known := e.srv.sessions.owner(sid)
+		return !known && !e.mcpKnows(sid)
+	})
+}
 
-	done := make(chan error, 1)
+// TestBusySessionDoesNotExpire, with a real short idle TTL: a session whose
+// call sent progress and then outlasts the TTL gets its result, and a
+// session with an open GET stream keeps receiving notifications. Each ends
+// once idle, and mcp-go's state of it is released then.
+func TestBusySessionDoesNotExpire(t *testing.T) {
+	e := newEnv(t, envOptions{idleTTL: 300 * time.Millisecond})
+	busy := e.client(t, clientOptions{legacy: true})
+	var w whoami
+	busy.ok(t, "test_whoami", nil, &w)
+	busySID := busy.GetSessionId()
+	listenSID := e.rawSession(t, nil)
+	e.initialized(t, listenSID)
+	events, closeStream := e.listen(t, listenSID)
+
+	type result struct {
+		text string
+		err  error
+	}
+	done := make(chan result, 1)
 	go func() {
-		_, err := c.callErr(context.Background(), "test_block", nil, nil)
-		done <- err
+		res, err := busy.callErr(context.Background(), "test_block", nil, "long")
+		if err != nil {
+			done <- result{err: err}
+			return
+		}
+		done <- result{text: resultText(res)}
 	}()
 	recv(t, e.blocks.started, "the long call to start")
-	age()
-	sweepBoth()
-	if _, ok := e.srv.sessions.owner(sid); !ok || !slices.Contains(e.provider.Live(), w.SandboxID) {
-		t.Fatal("a session with a call in flight was ended as idle")
+	waitFor(t, "the long call's progress", func() bool {
+		return len(progressValues(t, busy.progress(), "long")) == 1
+	})
+	// Twice: the second one expires in a later sweep than the first, so the
+	// sweep that ended the first (and would have ended the two busy
+	// sessions, idle by arrival time for longer) is over.
+	e.expireIdleSession(t)
+	e.expireIdleSession(t)
+
+	for _, sid := range []string{busySID, listenSID} {
+		if _, ok := e.srv.sessions.owner(sid); !ok || !e.mcpKnows(sid) {
+			t.Fatalf("busy session %s was ended as idle (registry %v, mcp-go %v)", sid, ok, e.mcpKnows(sid))
+		}
+	}
+	if err := e.srv.MCP().SendNotificationToSpecificClient(listenSID, "notifications/message",
+		map[string]any{"level": "info", "data": "still listening"}); err != nil {
+		t.Fatalf("notifying the listening session: %v", err)
+	}
+	if got := recv(t, events, "the notification on the GET stream"); !strings.Contains(got, "still listening") {
+		t.Fatalf("GET stream carried %s", got)
 	}
 	e.blocks.release <- struct{}{}
-	if err := recv(t, done, "the long call to end"); err != nil {
-		t.Fatal(err)
+	if got := recv(t, done, "the long call's result"); got.err != nil || got.text != "released" {
+		t.Fatalf("the long call: %q, %v", got.text, got.err)
 	}
-	// Just used: not idle.
-	sweepBoth()
-	if _, ok := e.srv.sessions.owner(sid); !ok {
-		t.Fatal("a session used a moment ago was ended as idle")
+	if !slices.Contains(e.provider.Live(), w.SandboxID) {
+		t.Fatal("the busy session's sandbox was killed")
 	}
-	age()
-	sweepBoth()
-	if _, ok := e.srv.sessions.owner(sid); ok || slices.Contains(e.provider.Live(), w.SandboxID) {
-		t.Fatal("an idle session was not ended")
-	}
+
+	// Idle now: both end, their sandbox and mcp-go's state with them.
+	closeStream()
+	waitFor(t, "the sessions to end once idle", func() bool {
+		for _, sid := range []string{busySID, listenSID} {
+			if _, ok := e.srv.sessions.owner(sid); ok || e.mcpKnows(sid) {
+				return false
+			}
+		}
+		return !slices.Contains(e.provider.Live(), w.SandboxID)
+	})
 }

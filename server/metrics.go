@@ -194,10 +194,12 @@ func header(w io.Writer, name, typ, help string) {
 	fmt.Fprintf(w, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, typ)
 }
 
+// labelEscaper escapes \, " and newline in a label value.
+var labelEscaper = strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`)
+
 // quote renders a label value: quoted, with \, " and newline escaped.
 func quote(v string) string {
-	r := strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`)
-	return `"` + r.Replace(v) + `"`
+	return `"` + labelEscaper.Replace(v) + `"`
 }
 
 type pair struct {

@@ -59,7 +59,6 @@ import (
 	"net/http"
 	"runtime/debug"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/mark3labs/mcp-go/mcp"
@@ -145,10 +144,6 @@ type Server struct {
 	handler    http.Handler
 	inflight   inflight
 
-	// stdioCounter counts the stdio session's notifications while
-	// ServeStdio runs.
-	stdioCounter atomic.Pointer[notifyCounter]
-
 	shutdownOnce sync.Once
 	shutdownErr  error
 }
@@ -213,7 +208,7 @@ func New(cfg Config) (*Server, error) {
 		s.toolSet[t.Def.Name] = true
 	}
 	s.metrics = newMetrics(s.toolSet)
-	s.sessions = newSessionRegistry(s.manager, s.log, cfg.SessionIdleTTL)
+	s.sessions = newSessionRegistry(s.manager, cfg.Deps, s.log, cfg.SessionIdleTTL)
 
 	hooks := &server.Hooks{}
 	hooks.AddBeforeCallTool(s.metrics.beforeCall)
@@ -265,16 +260,16 @@ func (s *Server) recoverPanics(next server.ToolHandlerFunc) server.ToolHandlerFu
 
 // bindWorkspace binds each call to its workspace: stdio and in-process calls
 // to Config.Workspace, HTTP calls to the principal's session or named
-// workspace.
+// workspace. Calls whose context carries a notifyCounter (stdio, stateless
+// HTTP) have their notifications flushed before their result.
 func (s *Server) bindWorkspace(next server.ToolHandlerFunc) server.ToolHandlerFunc {
 	return func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		counter, counted := ctx.Value(notifyCounterKey{}).(*notifyCounter)
 		hc, ok := ctx.Value(httpCallKey{}).(*httpCall)
 		if !ok {
 			ctx = tools.WithWorkspace(ctx, s.stdioWS)
-			if cs := server.ClientSessionFromContext(ctx); cs != nil && cs.SessionID() == stdioSessionID {
-				if counter := s.stdioCounter.Load(); counter != nil {
-					return s.flushNotifications(ctx, counter, req, next)
-				}
+			if counted {
+				return s.flushNotifications(ctx, counter, req, next)
 			}
 			return next(ctx, req)
 		}
@@ -288,7 +283,8 @@ func (s *Server) bindWorkspace(next server.ToolHandlerFunc) server.ToolHandlerFu
 		}
 		defer done()
 		ctx = tools.WithWorkspace(ctx, ws)
-		if counter, ok := ctx.Value(notifyCounterKey{}).(*notifyCounter); ok && sessionID == "" {
+		// With a session the event store closes the gap (see notifyCounter).
+		if counted && sessionID == "" {
 			return s.flushNotifications(ctx, counter, req, next)
 		}
 		return next(ctx, req)

@@ -60,28 +60,35 @@ func ValidWorkspaceName(name string) bool {
 // end-of-session policy.
 //
 // A session is idle when none of its requests is in flight (a tool call, an
-// open GET stream) and none arrived for the idle TTL. mcp-go's own sweeper
-// only looks at when requests arrived, so it would end a session in the
-// middle of a call longer than the TTL; its Terminate is therefore only
-// honoured for idle sessions, and the registry's sweeper ends the others
-// once they become idle.
+// open GET stream) and none arrived for the idle TTL. The registry's sweeper
+// is the only one that ends idle sessions: mcp-go's (WithSessionIdleTTL)
+// only looks at when requests arrived and releases a session's transport
+// state even when Terminate refuses, which cut off calls and GET streams
+// that outlived the TTL. When the registry ends an idle session it releases
+// mcp-go's state of it through release.
 type sessionRegistry struct {
 	manager *manage.Manager
+	deps    *tools.Deps
 	log     *slog.Logger
 	idleTTL time.Duration // 0: sessions never expire
+	// release drops mcp-go's state of a session the sweeper ended (nil
+	// until the HTTP handler is built).
+	release func(id string)
 
 	mu       sync.Mutex
 	sessions map[string]*httpSession
 	// namedUsers maps a named workspace key to the live sessions that used
 	// it: it is paused when the last of them ends.
 	namedUsers map[string]map[string]struct{}
+	// closed: the server shuts down; the Manager's Shutdown applies the
+	// policy to every workspace, so ending sessions no longer does.
+	closed bool
 
 	stopSweeper chan struct{}
 	sweeperDone chan struct{}
 }
 
 type httpSession struct {
-	id        string
 	principal string
 	calls     int       // tool calls running
 	inflight  int       // requests being served
@@ -90,9 +97,10 @@ type httpSession struct {
 	named     map[string]bool
 }
 
-func newSessionRegistry(m *manage.Manager, log *slog.Logger, idleTTL time.Duration) *sessionRegistry {
+func newSessionRegistry(m *manage.Manager, deps *tools.Deps, log *slog.Logger, idleTTL time.Duration) *sessionRegistry {
 	return &sessionRegistry{
 		manager:    m,
+		deps:       deps,
 		log:        log,
 		idleTTL:    idleTTL,
 		sessions:   map[string]*httpSession{},
@@ -132,7 +140,7 @@ func (r *sessionRegistry) stopSweeping() {
 	<-r.sweeperDone
 }
 
-// sweep ends the idle sessions.
+// sweep ends the idle sessions and releases mcp-go's state of them.
 func (r *sessionRegistry) sweep() {
 	now := time.Now()
 	r.mu.Lock()
@@ -142,9 +150,12 @@ func (r *sessionRegistry) sweep() {
 			idle = append(idle, id)
 		}
 	}
+	release := r.release
 	r.mu.Unlock()
 	for _, id := range idle {
-		r.terminate(id, "", endIdle)
+		if ended, _ := r.terminate(id, "", endIdle); ended && release != nil {
+			release(id)
+		}
 	}
 }
 
@@ -179,7 +190,7 @@ var errSessionNotFound = errors.New("session not found")
 func (r *sessionRegistry) create(principal string) string {
 	id := "mcp-session-" + randomID()
 	r.mu.Lock()
-	r.sessions[id] = &httpSession{id: id, principal: principal, named: map[string]bool{}, lastSeen: time.Now()}
+	r.sessions[id] = &httpSession{principal: principal, named: map[string]bool{}, lastSeen: time.Now()}
 	r.mu.Unlock()
 	return id
 }
@@ -204,11 +215,9 @@ func (r *sessionRegistry) count() int {
 
 // bind returns the workspace of a call by principal in session sessionID
 // ("" for stateless requests) with the Sandbox-Workspace header name ("" when
-// absent), and a function to call when the call ends.
+// absent; checkSession refused invalid ones), and a function to call when
+// the call ends.
 func (r *sessionRegistry) bind(principal, sessionID, name string) (tools.Workspace, func(), error) {
-	if name != "" && !ValidWorkspaceName(name) {
-		return tools.Workspace{}, nil, fmt.Errorf("invalid %s header %q: use 1-64 characters from A-Z a-z 0-9 . _ -", WorkspaceHeader, name)
-	}
 	if sessionID == "" {
 		if name == "" {
 			name = DefaultWorkspaceName
@@ -237,13 +246,12 @@ func (r *sessionRegistry) bind(principal, sessionID, name string) (tools.Workspa
 	done := func() {
 		r.mu.Lock()
 		sess.calls--
-		ended := sess.ended
-		stillUsed := ws.Named && len(r.namedUsers[ws.Key]) > 0
+		reapply := sess.ended && !r.closed && (!ws.Named || len(r.namedUsers[ws.Key]) == 0)
 		r.mu.Unlock()
 		// The session ended while this call ran: the call may have made or
 		// resumed the workspace after termination applied the policy, so
-		// apply it again.
-		if ended && !stillUsed {
+		// apply it again (at shutdown the Manager's Shutdown does).
+		if reapply {
 			r.endWorkspace(ws.Key)
 		}
 	}
@@ -256,10 +264,8 @@ type endReason int
 const (
 	// endByClient: DELETE. Only the principal that created the session may.
 	endByClient endReason = iota
-	// endIdle: an idle sweeper. Only an idle session ends.
+	// endIdle: the idle sweeper. Only an idle session ends.
 	endIdle
-	// endShutdown: the server stops. Every session ends.
-	endShutdown
 )
 
 func (r endReason) String() string {
@@ -268,33 +274,31 @@ func (r endReason) String() string {
 		return "deleted by the client"
 	case endIdle:
 		return "idle"
-	case endShutdown:
-		return "server shutdown"
 	}
 	return "unknown"
 }
 
 // terminate ends session id, if the reason allows: its anonymous workspace
 // is killed and the named workspaces no other live session uses are paused.
-// It reports whether the reason was refused (a foreign principal, a busy
-// session). Unknown ids are a no-op.
-func (r *sessionRegistry) terminate(id, principal string, why endReason) (refused bool) {
+// It reports whether the session ended, and whether the reason was refused
+// (a foreign principal, a busy session). Unknown ids are a no-op.
+func (r *sessionRegistry) terminate(id, principal string, why endReason) (ended, refused bool) {
 	r.mu.Lock()
 	sess, ok := r.sessions[id]
 	if !ok {
 		r.mu.Unlock()
-		return false
+		return false, false
 	}
 	switch why {
 	case endByClient:
 		if sess.principal != principal {
 			r.mu.Unlock()
-			return true
+			return false, true
 		}
 	case endIdle:
 		if !r.idleLocked(sess, time.Now()) {
 			r.mu.Unlock()
-			return true
+			return false, true
 		}
 	}
 	delete(r.sessions, id)
@@ -313,37 +317,38 @@ func (r *sessionRegistry) terminate(id, principal string, why endReason) (refuse
 	for _, key := range keys {
 		r.endWorkspace(key)
 	}
-	return false
+	return true, false
 }
 
-// terminateAll ends every session (server shutdown).
-func (r *sessionRegistry) terminateAll() {
+// closeAll forgets every session (server shutdown) without applying the
+// end-of-session policy: the Manager's Shutdown, which follows, applies it
+// to every workspace once.
+func (r *sessionRegistry) closeAll() {
 	r.mu.Lock()
-	ids := make([]string, 0, len(r.sessions))
-	for id := range r.sessions {
-		ids = append(ids, id)
+	defer r.mu.Unlock()
+	r.closed = true
+	for id, sess := range r.sessions {
+		sess.ended = true
+		delete(r.sessions, id)
 	}
-	r.mu.Unlock()
-	for _, id := range ids {
-		r.terminate(id, "", endShutdown)
-	}
+	clear(r.namedUsers)
 }
 
 // endWorkspace applies the end-of-session policy to key (a named workspace
-// is paused, an anonymous one killed).
+// is paused, an anonymous one killed) and frees the tools' state of it.
 func (r *sessionRegistry) endWorkspace(key string) {
 	ctx, cancel := context.WithTimeout(context.Background(), endSessionTimeout)
 	defer cancel()
 	if err := r.manager.EndSession(ctx, key); err != nil && !errors.Is(err, manage.ErrClosed) {
 		r.log.Warn("could not apply the end-of-session policy", "workspace", key, "err", err)
 	}
+	r.deps.EndSession(key)
 }
 
 // ResolveSessionIdManager implements server.SessionIdManagerResolver: the
 // manager it returns is bound to the request's principal. A nil request
-// (mcp-go's idle sweeper and CloseSessions) gets an unbound one, whose
-// Terminate ends only idle sessions (shutdown ends the rest through
-// terminateAll).
+// (mcp-go's CloseSessions, at shutdown, after closeAll) gets an unbound one,
+// whose Terminate ends only idle sessions.
 func (r *sessionRegistry) ResolveSessionIdManager(req *http.Request) server.SessionIdManager {
 	if req == nil {
 		return &sessionIDs{reg: r, unbound: true}
@@ -379,7 +384,8 @@ func (m *sessionIDs) Terminate(id string) (isNotAllowed bool, err error) {
 	if m.unbound {
 		why = endIdle
 	}
-	return m.reg.terminate(id, m.principal, why), nil
+	_, refused := m.reg.terminate(id, m.principal, why)
+	return refused, nil
 }
 
 var _ server.SessionIdManagerResolver = (*sessionRegistry)(nil)

@@ -14,9 +14,6 @@ import (
 // reads its output).
 const stdioWorkers = 16
 
-// stdioSessionID is the session id mcp-go gives the stdio session.
-const stdioSessionID = "stdio"
-
 // ServeStdio serves one MCP session over in and out (newline-delimited
 // JSON-RPC) until in reaches EOF or ctx ends, then applies the
 // end-of-session policy to the stdio workspace (Config.Workspace: a named
@@ -32,10 +29,10 @@ func (s *Server) ServeStdio(ctx context.Context, in io.Reader, out io.Writer) er
 	ss.SetErrorLogger(slog.NewLogLogger(s.log.Handler(), slog.LevelError))
 	server.WithWorkerPoolSize(stdioWorkers)(ss)
 	s.log.Info("serving MCP over stdio", "workspace", s.stdioWS.Key, "named", s.stdioWS.Named)
+	// The calls' contexts derive from Listen's: the counter there makes
+	// bindWorkspace flush each call's notifications before its result.
 	counter := newNotifyCounter()
-	s.stdioCounter.Store(counter)
-	err := ss.Listen(ctx, in, stdioCounter{w: out, counter: counter})
-	s.stdioCounter.CompareAndSwap(counter, nil)
+	err := ss.Listen(context.WithValue(ctx, notifyCounterKey{}, counter), in, stdioCounter{w: out, counter: counter})
 	if ctx.Err() != nil && (err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) {
 		err = nil
 	}
@@ -44,5 +41,6 @@ func (s *Server) ServeStdio(ctx context.Context, in io.Reader, out io.Writer) er
 	if perr := s.manager.EndSession(endCtx, s.stdioWS.Key); perr != nil {
 		s.log.Warn("could not apply the end-of-session policy to the stdio workspace", "workspace", s.stdioWS.Key, "err", perr)
 	}
+	s.cfg.Deps.EndSession(s.stdioWS.Key)
 	return err
 }
