@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"os"
 	"os/signal"
@@ -29,6 +30,7 @@ import (
 	"github.com/lmittmann/tint"
 	mcpclient "github.com/mark3labs/mcp-go/client"
 	"github.com/mark3labs/mcp-go/mcp"
+	"golang.org/x/sys/unix"
 
 	"github.com/sandbox-mcp/sandbox-mcp/envd/daemon"
 	"github.com/sandbox-mcp/sandbox-mcp/manage"
@@ -255,9 +257,9 @@ func envdCommand(fs *flag.FlagSet, g *globals) func(context.Context, []string) e
 		cfg.Logger = g.log
 		var ready io.Writer
 		if *readyFD > 0 {
-			f := os.NewFile(uintptr(*readyFD), "ready-fd")
-			if f == nil {
-				return fmt.Errorf("--ready-fd %d is not open", *readyFD)
+			f, err := openReadyFD(*readyFD)
+			if err != nil {
+				return err
 			}
 			// Close it as soon as the line is written: processes the daemon
 			// spawns must not inherit it.
@@ -266,6 +268,15 @@ func envdCommand(fs *flag.FlagSet, g *globals) func(context.Context, []string) e
 		}
 		return daemon.Run(ctx, cfg, *listen, ready)
 	}
+}
+
+// openReadyFD opens the inherited descriptor fd of --ready-fd, refusing one
+// that is not open: a server nobody hears is ready would wait forever.
+func openReadyFD(fd int) (*os.File, error) {
+	if _, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0); err != nil {
+		return nil, fmt.Errorf("--ready-fd %d is not open: %w", fd, err)
+	}
+	return os.NewFile(uintptr(fd), "ready-fd"), nil
 }
 
 // closeAfterWrite closes its file after the first write.
@@ -328,6 +339,9 @@ func parseBytes(v string) (int64, error) {
 	n, err := strconv.ParseInt(s, 10, 64)
 	if err != nil || n < 0 {
 		return 0, fmt.Errorf("%q is not a size (examples: 4096, 32KiB, 1MiB)", v)
+	}
+	if n > math.MaxInt64/mult {
+		return 0, fmt.Errorf("%q is too large (at most %d bytes)", v, int64(math.MaxInt64))
 	}
 	return n * mult, nil
 }
@@ -472,8 +486,8 @@ func (o *serveOptions) check() error {
 			return fmt.Errorf("--stage-root %s=%s: the directory must be an absolute path", name, dir)
 		}
 	}
-	if (o.tlsCert == "") != (o.tlsKey == "") {
-		return errors.New("--tls-cert and --tls-key go together")
+	if o.workspace != "" && !server.ValidWorkspaceName(o.workspace) {
+		return fmt.Errorf("--workspace %q: use 1-64 characters from A-Z a-z 0-9 . _ -, not only dots", o.workspace)
 	}
 	return nil
 }
@@ -484,16 +498,19 @@ type stack struct {
 	store    *boltstore.Store
 	manager  *manage.Manager
 	deps     *tools.Deps
+	tools    []tools.Tool // the tools served
 	server   *server.Server
 }
 
-// close shuts the manager down (end-of-session policy) and releases the
-// provider and store.
+// close shuts the server down, which shuts the manager down (the
+// end-of-session policy, once for every workspace), then releases the
+// provider and store. Before the server exists it shuts the manager down
+// itself.
 func (s *stack) close(ctx context.Context) {
-	if s.server != nil {
+	switch {
+	case s.server != nil:
 		_ = s.server.Shutdown(ctx)
-	}
-	if s.manager != nil {
+	case s.manager != nil:
 		_ = s.manager.Shutdown(ctx)
 	}
 	if s.provider != nil {
@@ -541,16 +558,13 @@ func (o *serveOptions) build(ctx context.Context, log *slog.Logger, cfg server.C
 		return nil, err
 	}
 	st.deps = tools.NewDeps(st.manager, o.toolsConfig(), log)
-	selected, err := tools.Selected(st.deps)
+	st.tools, err = tools.Selected(st.deps)
 	if err != nil {
 		return nil, err
 	}
-	cfg.Deps, cfg.Tools, cfg.Logger = st.deps, selected, log
+	cfg.Deps, cfg.Tools, cfg.Logger = st.deps, st.tools, log
 	cfg.Version = buildVersion()
 	if o.workspace != "" {
-		if !validWorkspaceName(o.workspace) {
-			return nil, fmt.Errorf("--workspace %q: use 1-64 characters from A-Z a-z 0-9 . _ -", o.workspace)
-		}
 		cfg.Workspace = tools.Workspace{Key: "stdio:" + o.workspace, Named: true}
 	}
 	st.server, err = server.New(cfg)
@@ -562,19 +576,6 @@ func (o *serveOptions) build(ctx context.Context, log *slog.Logger, cfg server.C
 	}
 	ok = true
 	return st, nil
-}
-
-func validWorkspaceName(s string) bool {
-	if len(s) == 0 || len(s) > 64 {
-		return false
-	}
-	for _, r := range s {
-		ok := r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '_' || r == '-'
-		if !ok {
-			return false
-		}
-	}
-	return true
 }
 
 func serveCommand(fs *flag.FlagSet, g *globals) func(context.Context, []string) error {
@@ -593,11 +594,16 @@ func serveCommand(fs *flag.FlagSet, g *globals) func(context.Context, []string) 
 			ShutdownTimeout: o.shutdownTimeout,
 		}
 		if o.allowedOrigins != "" {
-			for _, origin := range strings.Split(o.allowedOrigins, ",") {
-				if origin = strings.TrimSpace(origin); origin != "" {
-					cfg.AllowedOrigins = append(cfg.AllowedOrigins, origin)
-				}
+			// server.New trims them and skips empty ones.
+			cfg.AllowedOrigins = strings.Split(o.allowedOrigins, ",")
+		}
+		var ready *os.File
+		if o.readyFD > 0 {
+			var err error
+			if ready, err = openReadyFD(o.readyFD); err != nil {
+				return err
 			}
+			defer ready.Close()
 		}
 		if o.http != "" {
 			if o.authTokensFile != "" {
@@ -623,15 +629,16 @@ func serveCommand(fs *flag.FlagSet, g *globals) func(context.Context, []string) 
 		if err != nil {
 			return fmt.Errorf("--http %s: %w", o.http, err)
 		}
-		scheme := "http"
-		if o.tlsCert != "" {
-			scheme = "https"
-		}
-		url := fmt.Sprintf("%s://%s/mcp", scheme, ln.Addr())
-		if o.readyFD > 0 {
-			if f := os.NewFile(uintptr(o.readyFD), "ready-fd"); f != nil {
-				fmt.Fprintf(f, "ready %s\n", url)
-				f.Close()
+		if ready != nil {
+			// Close it once written: processes sandboxes spawn must not
+			// inherit it.
+			_, err := fmt.Fprintf(ready, "ready %s\n", st.server.EndpointURL(ln.Addr()))
+			if cerr := ready.Close(); err == nil && cerr != nil {
+				err = cerr
+			}
+			if err != nil {
+				ln.Close()
+				return fmt.Errorf("--ready-fd %d: %w", o.readyFD, err)
 			}
 		}
 		return st.server.ServeHTTP(ctx, ln)
@@ -723,18 +730,16 @@ func callCommand(fs *flag.FlagSet, g *globals) func(context.Context, []string) e
 				return exitError{2}
 			}
 		}
-		// Check the call against the registry before starting anything: a
-		// typo should not create a sandbox.
-		if err := o.check(); err != nil {
-			return err
-		}
-		selected, err := tools.Selected(tools.NewDeps(nil, o.toolsConfig(), g.log))
+		// The stack creates no sandbox before the call: a typo or bad JSON
+		// costs nothing but opening the state directory.
+		st, err := o.build(ctx, g.log, server.Config{})
 		if err != nil {
 			return err
 		}
+		defer st.close(context.Background())
 		var schema json.RawMessage
-		names := make([]string, 0, len(selected))
-		for _, tl := range selected {
+		names := make([]string, 0, len(st.tools))
+		for _, tl := range st.tools {
 			names = append(names, tl.Def.Name)
 			if tl.Def.Name == name {
 				schema = tl.Def.RawInputSchema
@@ -754,11 +759,6 @@ func callCommand(fs *flag.FlagSet, g *globals) func(context.Context, []string) e
 			fmt.Fprintf(g.stderr, "sandbox-mcp call: the arguments must be one JSON object: %v\n\n%s input schema:\n%s\n", err, name, indentJSON(schema))
 			return exitError{2}
 		}
-		st, err := o.build(ctx, g.log, server.Config{})
-		if err != nil {
-			return err
-		}
-		defer st.close(context.Background())
 		c, err := mcpclient.NewInProcessClient(st.server.MCP())
 		if err != nil {
 			return err
@@ -835,12 +835,19 @@ func readCallArgs(arg string) (string, error) {
 }
 
 // isArgumentError reports whether an isError result is about the
-// arguments (schema validation or a bad argument), not the tool's work.
+// arguments, not the tool's work. The tools validate their own arguments
+// (mcp-go's input schema validation is off) and report every bad argument
+// as a tools.InputError, whose text starts with "invalid argument"
+// ("invalid argument FIELD: …" or "invalid arguments: …"), after the
+// notices if any. Matching the start of a paragraph, not any substring,
+// keeps an error that merely quotes EINVAL ("invalid argument") out.
 func isArgumentError(res *mcp.CallToolResult) bool {
 	for _, content := range res.Content {
 		if tc, ok := content.(mcp.TextContent); ok {
-			if strings.Contains(tc.Text, "input schema validation failed") || strings.Contains(tc.Text, "invalid argument") || strings.Contains(tc.Text, "invalid arguments") {
-				return true
+			for _, para := range strings.Split(tc.Text, "\n\n") {
+				if strings.HasPrefix(para, "invalid argument") {
+					return true
+				}
 			}
 		}
 	}

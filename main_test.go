@@ -6,13 +6,15 @@ import (
 	"context"
 	"crypto/tls"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
+	"regexp"
 	"strings"
 	"sync"
 	"syscall"
@@ -295,6 +297,44 @@ func TestREADMECommands(t *testing.T) {
 				n.mustRun(cmd)
 			}
 		})
+	}
+}
+
+// TestREADMENotice runs the command the README quotes for its notice
+// example and checks that the example shows what the command prints: the
+// NOTICE line as is, and the JSON line up to the parts the README elides
+// with "…".
+func TestREADMENotice(t *testing.T) {
+	raw, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile("real one, from `([^`]+)`:\n\n```text\n([^\n]*)\n([^\n]*)\n```").FindStringSubmatch(string(raw))
+	if m == nil {
+		t.Fatal("README has no notice example (\"real one, from `COMMAND`:\" and a text block of two lines)")
+	}
+	cmd, notice, result := m[1], m[2], m[3]
+	n := newNewcomer(t)
+	out, errs, _ := n.run(cmd, nil)
+	lines := strings.Split(strings.TrimRight(out, "\n"), "\n")
+	if len(lines) != 2 {
+		t.Fatalf("%s printed %d lines, the README shows 2:\n%s%s", cmd, len(lines), out, errs)
+	}
+	if lines[0] != notice {
+		t.Errorf("the README's NOTICE line differs from what %s prints:\nREADME: %s\nprints: %s", cmd, notice, lines[0])
+	}
+	rest := lines[1]
+	for _, piece := range strings.Split(result, "…") {
+		piece = strings.TrimSpace(piece)
+		i := strings.Index(rest, piece)
+		if i < 0 {
+			t.Errorf("the README's result line has %q where %s prints:\n%s", piece, cmd, lines[1])
+			break
+		}
+		rest = rest[i+len(piece):]
+	}
+	if !strings.HasSuffix(result, "…") && rest != "" {
+		t.Errorf("%s prints %q after what the README shows", cmd, rest)
 	}
 }
 
@@ -636,16 +676,17 @@ func BenchmarkStdioBinaryExecTrue(b *testing.B) {
 		}
 		ds = append(ds, time.Since(t0))
 	}
-	reportPercentiles(b, ds)
+	envdtest.ReportPercentiles(b, ds)
 }
 
 // BenchmarkServerRSS reports the server process's peak RSS after a command
-// that writes 256 MiB of stdout, next to its peak RSS after `true` (the
-// baseline): the server's memory does not grow with output size.
+// that writes 64 MiB and one that writes 256 MiB of stdout, next to its
+// peak RSS after `true`: the server's memory does not grow with output
+// size.
 func BenchmarkServerRSS(b *testing.B) {
 	for _, tc := range []struct {
 		name, command string
-	}{{"true", "true"}, {"256MiB", "head -c 268435456 /dev/zero"}} {
+	}{{"true", "true"}, {"64MiB", "head -c 67108864 /dev/zero"}, {"256MiB", "head -c 268435456 /dev/zero"}} {
 		b.Run(tc.name, func(b *testing.B) {
 			var peak int64
 			for b.Loop() {
@@ -685,15 +726,6 @@ func BenchmarkServerRSS(b *testing.B) {
 	}
 }
 
-func reportPercentiles(b *testing.B, ds []time.Duration) {
-	if len(ds) == 0 {
-		return
-	}
-	slices.Sort(ds)
-	b.ReportMetric(float64(ds[len(ds)/2].Microseconds()), "p50-µs")
-	b.ReportMetric(float64(ds[(len(ds)-1)*99/100].Microseconds()), "p99-µs")
-}
-
 func TestByteSizes(t *testing.T) {
 	for in, want := range map[string]int64{"4096": 4096, "32KiB": 32 << 10, "1MiB": 1 << 20, "2GiB": 2 << 30, "64MB": 64e6, "1kB": 1000, "7B": 7} {
 		got, err := parseBytes(in)
@@ -701,9 +733,60 @@ func TestByteSizes(t *testing.T) {
 			t.Errorf("parseBytes(%q) = %d, %v; want %d", in, got, err, want)
 		}
 	}
-	for _, bad := range []string{"", "-1", "12XB", "1.5MiB", "MiB"} {
-		if _, err := parseBytes(bad); err == nil {
-			t.Errorf("parseBytes(%q) succeeded", bad)
+	for _, bad := range []string{"", "-1", "12XB", "1.5MiB", "MiB",
+		// Overflow int64 once multiplied.
+		"9223372036854775807KiB", "8589934592GiB", "9223372036854775808"} {
+		if n, err := parseBytes(bad); err == nil {
+			t.Errorf("parseBytes(%q) = %d, want an error", bad, n)
+		}
+	}
+	// The largest sizes that fit.
+	for in, want := range map[string]int64{"9223372036854775807": math.MaxInt64, "8589934591GiB": 8589934591 << 30, "9223372036854775KB": 9223372036854775000} {
+		if got, err := parseBytes(in); err != nil || got != want {
+			t.Errorf("parseBytes(%q) = %d, %v; want %d", in, got, err, want)
+		}
+	}
+}
+
+func TestWorkspaceFlag(t *testing.T) {
+	for name, ok := range map[string]bool{"demo": true, "a.b_c-1": true, ".hidden": true, ".": false, "..": false, "a/b": false, "": true} {
+		fs := flag.NewFlagSet("test", flag.ContinueOnError)
+		o := &serveOptions{}
+		o.registerSandboxFlags(fs)
+		o.workspace = name
+		if err := o.check(); (err == nil) != ok {
+			t.Errorf("--workspace %q: check() = %v", name, err)
+		} else if err != nil && !strings.Contains(err.Error(), "--workspace") {
+			t.Errorf("--workspace %q: the error does not name the flag: %v", name, err)
+		}
+	}
+}
+
+func TestIsArgumentError(t *testing.T) {
+	text := func(s string) *mcp.CallToolResult {
+		return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{mcp.NewTextContent(s)}}
+	}
+	for s, want := range map[string]bool{
+		"invalid argument timeout_sec: got string, want integer.":                                     true,
+		"invalid arguments: arguments are not JSON: unexpected EOF.":                                  true,
+		"NOTICE: The sandbox was resumed.\n\ninvalid argument cwd: \"x\" is a file, not a directory.": true,
+		"workspace_exec failed: open /workspace/x: invalid argument":                                  false,
+		"Not found: invalid argument.":                                                                false,
+	} {
+		if got := isArgumentError(text(s)); got != want {
+			t.Errorf("isArgumentError(%q) = %v, want %v", s, got, want)
+		}
+	}
+}
+
+// TestServeReadyFDNotOpen: a --ready-fd that is not open is an error that
+// names it, as for envd, not a server nobody hears is ready.
+func TestServeReadyFDNotOpen(t *testing.T) {
+	n := newNewcomer(t)
+	for _, cmd := range []string{"serve --http 127.0.0.1:0", "envd --listen 127.0.0.1:0 --root ."} {
+		_, errs, code := n.run("./sandbox-mcp "+cmd+" --ready-fd 9 9>&-", nil)
+		if code == 0 || !strings.Contains(errs, "--ready-fd") {
+			t.Errorf("%s with a closed --ready-fd: exit %d, stderr %q", cmd, code, errs)
 		}
 	}
 }
