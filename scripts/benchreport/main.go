@@ -1,9 +1,15 @@
 // Command benchreport turns the output of `go test -bench` (several
-// packages, -count N) into the benchmark report: medians of every metric and
-// ratios against baselines measured in the same run, with the machine they
-// ran on. scripts/bench runs it; its output is docs/benchmarks.md.
+// packages, -count N) into the benchmark report: medians of every metric,
+// ratios against baselines measured in the same run, whether each goal was
+// met, and the machine they ran on. scripts/bench runs it; its output is
+// docs/benchmarks.md.
 //
 //	go run ./scripts/benchreport [-raw FILE] < bench.txt > docs/benchmarks.md
+//
+// Everything comes from the input: the runs per benchmark are counted, and
+// the machine is described by the configuration lines scripts/bench writes
+// into it at run time ("date: …", "kernel: …", "load-start: …", …; the
+// format's own "key: value" lines, which `go test` writes too: "cpu: …").
 package main
 
 import (
@@ -12,8 +18,7 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
-	"runtime"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -23,59 +28,80 @@ import (
 // results maps "pkg.BenchmarkName" → metric unit → values, one per run.
 type results map[string]map[string][]float64
 
-func parse(r io.Reader) (results, []string, error) {
-	res := results{}
-	var header []string
+// benchLine is one result line of the input.
+type benchLine struct {
+	pkg, name string
+	fields    []string // after the name: iterations, then value unit pairs
+}
+
+// configLine is a "key: value" line of the benchmark format.
+var configLine = regexp.MustCompile(`^([a-z][a-zA-Z0-9_-]*): (.*)$`)
+
+// parse reads go test -bench output: the results, and the configuration
+// lines (first value of each key).
+func parse(r io.Reader) (results, map[string]string, error) {
+	config := map[string]string{}
+	var lines []benchLine
 	pkg := ""
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
 		line := sc.Text()
-		switch {
-		case strings.HasPrefix(line, "pkg: "):
-			pkg = strings.TrimPrefix(strings.TrimPrefix(line, "pkg: "), "github.com/sandbox-mcp/sandbox-mcp")
-			pkg = strings.TrimPrefix(pkg, "/")
-			if pkg == "" {
-				pkg = "main"
+		if m := configLine.FindStringSubmatch(line); m != nil {
+			if m[1] == "pkg" {
+				pkg = strings.TrimPrefix(strings.TrimPrefix(m[2], "github.com/sandbox-mcp/sandbox-mcp"), "/")
+				if pkg == "" {
+					pkg = "main"
+				}
+			} else if _, seen := config[m[1]]; !seen {
+				config[m[1]] = strings.TrimSpace(m[2])
 			}
-			continue
-		case strings.HasPrefix(line, "cpu: ") || strings.HasPrefix(line, "goos: ") || strings.HasPrefix(line, "goarch: "):
-			if !slices.Contains(header, line) {
-				header = append(header, line)
-			}
-			continue
-		case !strings.HasPrefix(line, "Benchmark"):
 			continue
 		}
 		f := strings.Fields(line)
-		if len(f) < 4 {
+		if len(f) < 4 || !strings.HasPrefix(f[0], "Benchmark") {
 			continue
 		}
-		name := f[0]
-		if i := strings.LastIndex(name, "-"); i > 0 {
-			if _, err := strconv.Atoi(name[i+1:]); err == nil {
-				name = name[:i]
-			}
-		}
-		key := pkg + "." + name
+		lines = append(lines, benchLine{pkg: pkg, name: f[0], fields: f[1:]})
+	}
+	if err := sc.Err(); err != nil {
+		return nil, nil, err
+	}
+	suffix := procsSuffix(lines)
+	res := results{}
+	for _, l := range lines {
+		key := l.pkg + "." + strings.TrimSuffix(l.name, suffix)
 		if res[key] == nil {
 			res[key] = map[string][]float64{}
 		}
-		// f[1] is the iteration count; then value unit pairs. Latency
-		// percentiles are kept in µs whatever unit a benchmark used.
-		for i := 2; i+1 < len(f); i += 2 {
-			v, err := strconv.ParseFloat(f[i], 64)
+		// fields[0] is the iteration count; then value unit pairs.
+		for i := 1; i+1 < len(l.fields); i += 2 {
+			v, err := strconv.ParseFloat(l.fields[i], 64)
 			if err != nil {
 				continue
 			}
-			unit := f[i+1]
-			if base, ok := strings.CutSuffix(unit, "-ms"); ok {
-				unit, v = base+"-µs", v*1000
-			}
-			res[key][unit] = append(res[key][unit], v)
+			res[key][l.fields[i+1]] = append(res[key][l.fields[i+1]], v)
 		}
 	}
-	return res, header, sc.Err()
+	return res, config, nil
+}
+
+var trailingNumber = regexp.MustCompile(`-[0-9]+$`)
+
+// procsSuffix is the GOMAXPROCS suffix ("-2") go test appended to every
+// benchmark name of the run, or "" when it appended none (GOMAXPROCS 1):
+// the "-N" that all names end with, else nothing. A name's own trailing
+// number ("…/2025-11-25") is never taken for one.
+func procsSuffix(lines []benchLine) string {
+	suffix := ""
+	for i, l := range lines {
+		s := trailingNumber.FindString(l.name)
+		if s == "" || (i > 0 && s != suffix) {
+			return ""
+		}
+		suffix = s
+	}
+	return suffix
 }
 
 func median(vs []float64) (float64, bool) {
@@ -90,10 +116,28 @@ func median(vs []float64) (float64, bool) {
 	return (s[len(s)/2-1] + s[len(s)/2]) / 2, true
 }
 
+// runs describes how many runs each median is of: "5", or "3–5" when
+// metrics have different numbers of values.
+func (r results) runs() string {
+	lo, hi := 0, 0
+	for _, units := range r {
+		for _, vs := range units {
+			if lo == 0 || len(vs) < lo {
+				lo = len(vs)
+			}
+			hi = max(hi, len(vs))
+		}
+	}
+	if lo == hi {
+		return strconv.Itoa(lo)
+	}
+	return fmt.Sprintf("%d–%d", lo, hi)
+}
+
 // metric names one measured number.
 type metric struct {
 	bench string // "pkg.BenchmarkName" or "pkg.BenchmarkName/sub"
-	unit  string // "ns/op", "p50-µs", "MB/s", …
+	unit  string // "p50-µs", "ns/op", "MB/s", …
 }
 
 func (r results) get(m metric) (float64, bool) {
@@ -108,20 +152,25 @@ type row struct {
 	base     *metric
 	baseWhat string
 	goal     string
-	// higherIsBetter flips the ratio's meaning in the text (throughput).
-	higherIsBetter bool
+}
+
+func isDuration(unit string) bool { return unit == "ns/op" || strings.HasSuffix(unit, "-µs") }
+
+// ms converts a duration metric to milliseconds.
+func ms(v float64, unit string) float64 {
+	if unit == "ns/op" {
+		return v / 1e6
+	}
+	return v / 1e3
 }
 
 func fmtValue(v float64, unit string) string {
-	switch unit {
-	case "ns/op":
-		return fmtDuration(time.Duration(v))
-	case "p50-µs", "p99-µs":
-		return fmtDuration(time.Duration(v * float64(time.Microsecond)))
-	case "MB/s":
+	switch {
+	case isDuration(unit):
+		return fmtDuration(time.Duration(ms(v, unit) * float64(time.Millisecond)))
+	case unit == "MB/s":
 		return fmt.Sprintf("%.0f MB/s", v)
-	}
-	if strings.HasSuffix(unit, "MiB") || strings.Contains(unit, "-MiB") {
+	case strings.Contains(unit, "MiB"):
 		return fmt.Sprintf("%.1f MiB", v)
 	}
 	return fmt.Sprintf("%.3g %s", v, unit)
@@ -140,6 +189,41 @@ func fmtDuration(d time.Duration) string {
 	}
 }
 
+// The goals benchreport can check; any other goal is shown, not judged.
+var (
+	ratioGoal      = regexp.MustCompile(`^ratio ≤ ([0-9.]+)$`)
+	percentileGoal = regexp.MustCompile(`^p99 ≤ ([0-9.]+) ?× ?p50$`)
+	atMostMsGoal   = regexp.MustCompile(`^≤ ([0-9.]+) ms( median)?$`)
+	atLeastGoal    = regexp.MustCompile(`^≥ ([0-9.]+) MB/s$`)
+)
+
+// goalMet checks goal against a row's value (in unit) and its ratio to the
+// baseline (0 without one). ok is false for a goal it cannot judge.
+func goalMet(goal string, v float64, unit string, ratio float64, hasRatio bool) (met, ok bool) {
+	met, ok = goalCheck(goal, v, unit, ratio, hasRatio)
+	return met && ok, ok
+}
+
+func goalCheck(goal string, v float64, unit string, ratio float64, hasRatio bool) (met, ok bool) {
+	num := func(s string) float64 {
+		f, _ := strconv.ParseFloat(s, 64)
+		return f
+	}
+	switch {
+	case goal == "0":
+		return v == 0, true
+	case ratioGoal.MatchString(goal):
+		return ratio <= num(ratioGoal.FindStringSubmatch(goal)[1]), hasRatio
+	case percentileGoal.MatchString(goal):
+		return ratio <= num(percentileGoal.FindStringSubmatch(goal)[1]), hasRatio
+	case atMostMsGoal.MatchString(goal):
+		return ms(v, unit) <= num(atMostMsGoal.FindStringSubmatch(goal)[1]), isDuration(unit)
+	case atLeastGoal.MatchString(goal):
+		return v >= num(atLeastGoal.FindStringSubmatch(goal)[1]), unit == "MB/s"
+	}
+	return false, false
+}
+
 func rows() []row {
 	m := func(bench, unit string) metric { return metric{bench, unit} }
 	p := func(bench, unit string) *metric { return &metric{bench, unit} }
@@ -148,97 +232,96 @@ func rows() []row {
 		{what: "`true` via envd client `Run`, p99", m: m("envd/client.BenchmarkRunTrue", "p99-µs"), base: p("envd/client.BenchmarkExecTrue", "p99-µs"), baseWhat: "os/exec `true`, p99"},
 		{what: "workspace_exec `true`, built binary over stdio (bwrap sandbox), p50", m: m("main.BenchmarkStdioBinaryExecTrue", "p50-µs"), base: p("envd/client.BenchmarkExecTrue", "p50-µs"), baseWhat: "os/exec `true`"},
 		{what: "workspace_exec `true`, built binary over stdio, p99", m: m("main.BenchmarkStdioBinaryExecTrue", "p99-µs"), base: p("envd/client.BenchmarkExecTrue", "p99-µs"), baseWhat: "os/exec `true`, p99"},
-		{what: "workspace_exec argv `true`, in-process MCP client (tools layer)", m: m("tools.BenchmarkWorkspaceExecTrue/argv", "ns/op"), base: p("tools.BenchmarkEnvdRunTrue", "ns/op"), baseWhat: "envd client alone, same kind of sandbox", goal: "ratio ≤ 1.5"},
-		{what: "workspace_exec command `true` (bash -lc), in-process MCP client", m: m("tools.BenchmarkWorkspaceExecTrue/command", "ns/op"), base: p("tools.BenchmarkEnvdRunTrue", "ns/op"), baseWhat: "envd client alone"},
-		{what: "workspace_exec `true` over stdio (server, in-process pipes), p50", m: m("server.BenchmarkStdioExecTrue", "p50-µs"), base: p("envd/client.BenchmarkRunTrue", "p50-µs"), baseWhat: "envd client alone", goal: "ratio ≤ 1.5"},
-		{what: "workspace_exec `true` over HTTP (2025-11-25 session), p50", m: m("server.BenchmarkHTTPExecTrue/2025-11-25", "p50-µs"), base: p("envd/client.BenchmarkExecTrue", "p50-µs"), baseWhat: "os/exec `true`"},
-		{what: "workspace_exec `true` over HTTP (2026-07-28 stateless), p50", m: m("server.BenchmarkHTTPExecTrue/2026-07-28", "p50-µs"), base: p("envd/client.BenchmarkExecTrue", "p50-µs"), baseWhat: "os/exec `true`"},
+		{what: "workspace_exec argv `true`, in-process MCP client (tools layer), mean", m: m("tools.BenchmarkWorkspaceExecTrue/argv", "ns/op"), base: p("tools.BenchmarkEnvdRunTrue", "ns/op"), baseWhat: "envd client `Run` alone, same kind of sandbox, mean", goal: "ratio ≤ 1.5"},
+		{what: "workspace_exec command `true` (bash -lc), in-process MCP client, mean", m: m("tools.BenchmarkWorkspaceExecTrue/command", "ns/op"), base: p("tools.BenchmarkEnvdRunTrue", "ns/op"), baseWhat: "envd client `Run` alone, mean"},
+		{what: "workspace_exec `true` over stdio (server, in-process pipes), p50", m: m("server.BenchmarkStdioExecTrue", "p50-µs"), base: p("server.BenchmarkEnvdRunTrue", "p50-µs"), baseWhat: "envd client `Run` alone, same sandbox kind (managetest)", goal: "ratio ≤ 1.5"},
+		{what: "workspace_exec `true` over HTTP (2025-11-25 session), p50", m: m("server.BenchmarkHTTPExecTrue/2025-11-25", "p50-µs"), base: p("server.BenchmarkEnvdRunTrue", "p50-µs"), baseWhat: "envd client `Run` alone (managetest)"},
+		{what: "workspace_exec `true` over HTTP (2026-07-28 stateless), p50", m: m("server.BenchmarkHTTPExecTrue/2026-07-28", "p50-µs"), base: p("server.BenchmarkEnvdRunTrue", "p50-µs"), baseWhat: "envd client `Run` alone (managetest)"},
 		{what: "32 HTTP sessions × 50 workspace_exec calls, p50", m: m("server.BenchmarkConcurrentSessions/exec", "p50-µs")},
-		{what: "32 HTTP sessions × 50 workspace_exec calls, p99", m: m("server.BenchmarkConcurrentSessions/exec", "p99-µs"), base: p("server.BenchmarkConcurrentSessions/exec", "p50-µs"), baseWhat: "its own p50", goal: "p99 ≤ 10 × p50; 0 errors (a failed call fails the benchmark)"},
+		{what: "32 HTTP sessions × 50 workspace_exec calls, p99", m: m("server.BenchmarkConcurrentSessions/exec", "p99-µs"), base: p("server.BenchmarkConcurrentSessions/exec", "p50-µs"), baseWhat: "its own p50", goal: "p99 ≤ 10 × p50"},
+		{what: "32 HTTP sessions × 50 workspace_exec calls, failed calls", m: m("server.BenchmarkConcurrentSessions/exec", "errors"), goal: "0"},
 		{what: "32 HTTP sessions × 50 no-process calls, p99", m: m("server.BenchmarkConcurrentSessions/noop", "p99-µs"), base: p("server.BenchmarkConcurrentSessions/noop", "p50-µs"), baseWhat: "its own p50"},
-		{what: "cold local sandbox create → first `true` (bwrap)", m: m("manage/local.BenchmarkCreateToFirstRun/bwrap", "ns/op"), base: p("manage/local.BenchmarkBwrapTrue", "ns/op"), baseWhat: "`bwrap … /bin/true`", goal: "≤ 50 ms median"},
-		{what: "cold local sandbox create → first `true` (none)", m: m("manage/local.BenchmarkCreateToFirstRun/none", "ns/op"), base: p("manage/local.BenchmarkExecTrue", "ns/op"), baseWhat: "os/exec `true`"},
-		{what: "pause + resume (cgroup freezer), provider", m: m("manage/local.BenchmarkPauseResume/freezer", "ns/op"), base: p("manage/local.BenchmarkBwrapTrue", "ns/op"), baseWhat: "`bwrap … /bin/true`"},
-		{what: "Manager: cold acquire of a new workspace + first `true`", m: m("manage/local.BenchmarkManagerColdAcquire", "ns/op"), base: p("manage/local.BenchmarkBwrapTrue", "ns/op"), baseWhat: "`bwrap … /bin/true`"},
-		{what: "Manager: warm acquire + release (running sandbox)", m: m("manage/local.BenchmarkManagerWarmAcquire", "ns/op"), base: p("manage/local.BenchmarkExecTrue", "ns/op"), baseWhat: "os/exec `true`"},
-		{what: "Manager: pause, then the next acquire resumes", m: m("manage/local.BenchmarkManagerPauseResume", "ns/op"), base: p("manage/local.BenchmarkBwrapTrue", "ns/op"), baseWhat: "`bwrap … /bin/true`"},
-		{what: "stdout throughput, 256 MiB through envd to the client", m: m("envd/client.BenchmarkStdoutThroughput", "MB/s"), goal: "≥ 500 MB/s", higherIsBetter: true},
+		{what: "cold local sandbox create → first `true` (bwrap), p50", m: m("manage/local.BenchmarkCreateToFirstRun/bwrap", "p50-µs"), base: p("manage/local.BenchmarkBwrapTrue", "p50-µs"), baseWhat: "`bwrap … /bin/true`", goal: "≤ 50 ms median"},
+		{what: "cold local sandbox create → first `true` (bwrap), p99", m: m("manage/local.BenchmarkCreateToFirstRun/bwrap", "p99-µs"), base: p("manage/local.BenchmarkBwrapTrue", "p99-µs"), baseWhat: "`bwrap … /bin/true`, p99"},
+		{what: "cold local sandbox create → first `true` (none), p50", m: m("manage/local.BenchmarkCreateToFirstRun/none", "p50-µs"), base: p("manage/local.BenchmarkExecTrue", "p50-µs"), baseWhat: "os/exec `true`"},
+		{what: "pause + resume (cgroup freezer), provider, p50", m: m("manage/local.BenchmarkPauseResume/freezer", "p50-µs"), base: p("manage/local.BenchmarkBwrapTrue", "p50-µs"), baseWhat: "`bwrap … /bin/true`"},
+		{what: "Manager: cold acquire of a new workspace + first `true`, mean", m: m("manage/local.BenchmarkManagerColdAcquire", "ns/op"), base: p("manage/local.BenchmarkBwrapTrue", "p50-µs"), baseWhat: "`bwrap … /bin/true`"},
+		{what: "Manager: warm acquire + release (running sandbox), mean", m: m("manage/local.BenchmarkManagerWarmAcquire", "ns/op"), base: p("manage/local.BenchmarkExecTrue", "p50-µs"), baseWhat: "os/exec `true`"},
+		{what: "Manager: pause, then the next acquire resumes, mean", m: m("manage/local.BenchmarkManagerPauseResume", "ns/op"), base: p("manage/local.BenchmarkBwrapTrue", "p50-µs"), baseWhat: "`bwrap … /bin/true`"},
+		{what: "stdout throughput, 256 MiB through envd to the client", m: m("envd/client.BenchmarkStdoutThroughput", "MB/s"), goal: "≥ 500 MB/s"},
 		{what: "envd daemon peak RSS during 256 MiB of stdout", m: m("envd/client.BenchmarkStdoutThroughput", "daemon-peak-MiB")},
 		{what: "client peak RSS, 256 MiB of stdout", m: m("envd/client.BenchmarkStdoutThroughput", "client-peak-MiB-256MiB"), base: p("envd/client.BenchmarkStdoutThroughput", "client-peak-MiB-64MiB"), baseWhat: "client peak RSS, 64 MiB", goal: "independent of output size"},
-		{what: "put_files throughput (8 MiB file)", m: m("tools.BenchmarkPutFiles", "MB/s"), base: p("tools.BenchmarkCopyBaseline", "MB/s"), baseWhat: "cp of the same file on the host", higherIsBetter: true},
-		{what: "read_files throughput (8 MiB file)", m: m("tools.BenchmarkReadFiles", "MB/s"), base: p("tools.BenchmarkCopyBaseline", "MB/s"), baseWhat: "cp of the same file on the host", higherIsBetter: true},
-		{what: "server peak RSS, workspace_exec writing 256 MiB of stdout", m: m("main.BenchmarkServerRSS/256MiB", "server-peak-MiB"), base: p("main.BenchmarkServerRSS/true", "server-peak-MiB"), baseWhat: "after `true`", goal: "bounded"},
+		{what: "put_files throughput (8 MiB file)", m: m("tools.BenchmarkPutFiles", "MB/s"), base: p("tools.BenchmarkCopyBaseline", "MB/s"), baseWhat: "cp of the same file on the host"},
+		{what: "read_files throughput (8 MiB file)", m: m("tools.BenchmarkReadFiles", "MB/s"), base: p("tools.BenchmarkCopyBaseline", "MB/s"), baseWhat: "cp of the same file on the host"},
+		{what: "server peak RSS, workspace_exec writing 64 MiB of stdout", m: m("main.BenchmarkServerRSS/64MiB", "server-peak-MiB"), base: p("main.BenchmarkServerRSS/true", "server-peak-MiB"), baseWhat: "after `true`"},
+		{what: "server peak RSS, workspace_exec writing 256 MiB of stdout", m: m("main.BenchmarkServerRSS/256MiB", "server-peak-MiB"), base: p("main.BenchmarkServerRSS/64MiB", "server-peak-MiB"), baseWhat: "after 64 MiB of stdout", goal: "independent of output size"},
 	}
 }
 
-func machine(header []string) []string {
-	out := []string{}
-	run := func(name string, args ...string) string {
-		b, err := exec.Command(name, args...).Output()
-		if err != nil {
-			return "unknown"
+// machine describes the machine from the configuration lines of the input.
+func machine(config map[string]string) []string {
+	get := func(key string) string {
+		if v := config[key]; v != "" {
+			return v
 		}
-		return strings.TrimSpace(string(b))
+		return "unknown (not in the raw output)"
 	}
-	out = append(out, "kernel: "+run("uname", "-srm"))
-	out = append(out, fmt.Sprintf("cpus: %d (%s)", runtime.NumCPU(), strings.TrimSpace(strings.TrimPrefix(firstWith(header, "cpu: "), "cpu: "))))
-	if mem := run("sh", "-c", "awk '/MemTotal/ {printf \"%.1f GiB\", $2/1048576}' /proc/meminfo"); mem != "" {
-		out = append(out, "memory: "+mem)
+	return []string{
+		"kernel: " + get("kernel"),
+		fmt.Sprintf("cpus: %s (%s)", get("cpus"), get("cpu")),
+		"memory: " + get("memory"),
+		fmt.Sprintf("load average (1, 5, 15 min): %s at the start, %s at the end", get("load-start"), get("load-end")),
+		"go: " + get("go"),
+		"bubblewrap: " + get("bubblewrap"),
 	}
-	out = append(out, "load average at the end: "+run("cut", "-d", " ", "-f", "1-3", "/proc/loadavg"))
-	out = append(out, "go: "+runtime.Version())
-	out = append(out, "bubblewrap: "+run("sh", "-c", "bwrap --version 2>/dev/null || echo none"))
-	return out
 }
 
-func firstWith(lines []string, prefix string) string {
-	for _, l := range lines {
-		if strings.HasPrefix(l, prefix) {
-			return l
-		}
+func report(w io.Writer, res results, config map[string]string, rawPath string) {
+	date := config["date"]
+	if date == "" {
+		date = "an unknown date"
 	}
-	return "unknown"
-}
-
-func main() {
-	rawPath := flag.String("raw", "", "also name the raw go test output file in the report")
-	count := flag.Int("count", 0, "the -count the benchmarks ran with (for the report)")
-	flag.Parse()
-	res, header, err := parse(os.Stdin)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "benchreport:", err)
-		os.Exit(1)
-	}
-	w := bufio.NewWriter(os.Stdout)
-	defer w.Flush()
-	fmt.Fprintf(w, "# Benchmarks\n\nGenerated by `scripts/bench` on %s; do not edit by hand.\n\n", time.Now().UTC().Format("2006-01-02 15:04 UTC"))
-	fmt.Fprintf(w, "Every number is the median of %d runs. Each ratio compares two benchmarks of the same run on the same machine, which is shared and noisy: read ratios, not absolute times.\n\n", *count)
+	fmt.Fprintf(w, "# Benchmarks\n\nGenerated by `scripts/bench` on %s; do not edit by hand.\n\n", date)
+	fmt.Fprintf(w, "Every number is the median of %s runs. Each ratio compares two benchmarks of the same run on the same machine, which is shared and noisy: read ratios, not absolute times. Latencies are per call (p50, p99) unless a row says mean (`ns/op`).\n\n", res.runs())
 	fmt.Fprintln(w, "Machine:")
 	fmt.Fprintln(w)
-	for _, l := range machine(header) {
+	for _, l := range machine(config) {
 		fmt.Fprintf(w, "- %s\n", l)
 	}
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "| measurement | median | baseline (same run) | baseline median | ratio | goal |")
-	fmt.Fprintln(w, "| --- | --- | --- | --- | --- | --- |")
+	fmt.Fprintln(w, "| measurement | median | baseline (same run) | baseline median | ratio | goal | met |")
+	fmt.Fprintln(w, "| --- | --- | --- | --- | --- | --- | --- |")
 	for _, r := range rows() {
 		v, ok := res.get(r.m)
 		if !ok {
-			fmt.Fprintf(w, "| %s | not measured | | | | %s |\n", r.what, r.goal)
+			tableRow(w, r.what, "not measured", "", "", "", r.goal, "")
 			continue
 		}
 		val := fmtValue(v, r.m.unit)
-		if r.base == nil {
-			fmt.Fprintf(w, "| %s | %s | | | | %s |\n", r.what, val, r.goal)
-			continue
+		base, baseVal, ratioText := "", "", ""
+		ratio, hasRatio := 0.0, false
+		if r.base != nil {
+			base = r.baseWhat
+			baseVal = "not measured"
+			if bv, ok := res.get(*r.base); ok && bv != 0 {
+				baseVal = fmtValue(bv, r.base.unit)
+				// Durations in different units (ns/op, µs) compare in ms.
+				if isDuration(r.m.unit) && isDuration(r.base.unit) {
+					ratio = ms(v, r.m.unit) / ms(bv, r.base.unit)
+				} else {
+					ratio = v / bv
+				}
+				hasRatio = true
+				ratioText = strconv.FormatFloat(ratio, 'g', 3, 64) + "×"
+			}
 		}
-		bv, ok := res.get(*r.base)
-		if !ok || bv == 0 {
-			fmt.Fprintf(w, "| %s | %s | %s | not measured | | %s |\n", r.what, val, r.baseWhat, r.goal)
-			continue
+		met := ""
+		if r.goal != "" {
+			if ok, judged := goalMet(r.goal, v, r.m.unit, ratio, hasRatio); judged {
+				met = map[bool]string{true: "met", false: "**missed**"}[ok]
+			}
 		}
-		ratio := v / bv
-		fmt.Fprintf(w, "| %s | %s | %s | %s | %s× | %s |\n", r.what, val, r.baseWhat, fmtValue(bv, r.base.unit), strconv.FormatFloat(ratio, 'g', 3, 64), r.goal)
+		tableRow(w, r.what, val, base, baseVal, ratioText, r.goal, met)
 	}
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "All benchmarks (medians):")
@@ -261,9 +344,30 @@ func main() {
 			v, _ := median(res[k][u])
 			parts = append(parts, fmt.Sprintf("%s %s", strconv.FormatFloat(v, 'g', 4, 64), u))
 		}
-		fmt.Fprintf(w, "| `%s` | %s |\n", k, strings.Join(parts, ", "))
+		tableRow(w, "`"+k+"`", strings.Join(parts, ", "))
 	}
-	if *rawPath != "" {
-		fmt.Fprintf(w, "\nRaw `go test -bench` output: `%s`.\n", *rawPath)
+	if rawPath != "" {
+		fmt.Fprintf(w, "\nRaw `go test -bench` output, with the machine lines: `%s`.\n", rawPath)
+	}
+}
+
+// tableRow writes one Markdown table row.
+func tableRow(w io.Writer, cells ...string) {
+	fmt.Fprintf(w, "| %s |\n", strings.Join(cells, " | "))
+}
+
+func main() {
+	rawPath := flag.String("raw", "", "name the raw go test output file in the report")
+	flag.Parse()
+	res, config, err := parse(os.Stdin)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "benchreport:", err)
+		os.Exit(1)
+	}
+	w := bufio.NewWriter(os.Stdout)
+	report(w, res, config, *rawPath)
+	if err := w.Flush(); err != nil {
+		fmt.Fprintln(os.Stderr, "benchreport:", err)
+		os.Exit(1)
 	}
 }

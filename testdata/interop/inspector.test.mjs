@@ -13,13 +13,12 @@ import { existsSync, rmSync } from 'node:fs'
 import { join } from 'node:path'
 import { after, before, describe, test } from 'node:test'
 
-import { binaryCheck, binaryPath, missing, serveCheck, serveEnv, startServeHTTP, newStateDir, stdioServeArgs, tempDir } from './lib/harness.mjs'
+import { binaryCheck, binaryPath, missing, serveEnv, startServeHTTP, newStateDir, tempDir } from './lib/harness.mjs'
 
 const inspectorBin = join(import.meta.dirname, 'node_modules', '.bin', 'mcp-inspector')
 const skip = missing(
   [existsSync(inspectorBin), `${inspectorBin} missing (run npm ci in testdata/interop)`],
-  binaryCheck(),
-  serveCheck())
+  binaryCheck())
 
 /**
  * inspector runs the Inspector CLI with args and resolves with {code,
@@ -66,7 +65,7 @@ const targets = [
       // env for the server goes through -e KEY=VALUE.
       const envArgs = Object.entries(serveEnv(stateDir)).flatMap(([k, v]) => ['-e', `${k}=${v}`])
       return {
-        args: [...envArgs, '--transport', 'stdio', binaryPath, ...stdioServeArgs(stateDir)],
+        args: [...envArgs, '--transport', 'stdio', binaryPath, 'serve', '--state-dir', stateDir],
         diagnostics: () => '',
         stop: async () => rmSync(stateDir, { recursive: true, force: true })
       }

@@ -12,13 +12,13 @@ import { once } from 'node:events'
 import { rmSync } from 'node:fs'
 import { after, before, describe, test } from 'node:test'
 
-import { binaryCheck, binaryPath, missing, serveCheck, serveEnv, startServeHTTP, stdioServeArgs, newStateDir, tryImport, within } from './lib/harness.mjs'
+import { binaryCheck, binaryPath, missing, serveEnv, startServeHTTP, newStateDir, tryImport, within } from './lib/harness.mjs'
 
 const [clientMod, clientMissing] = await tryImport('@modelcontextprotocol/sdk/client/index.js')
 const [stdioMod] = await tryImport('@modelcontextprotocol/sdk/client/stdio.js')
 const [httpMod] = await tryImport('@modelcontextprotocol/sdk/client/streamableHttp.js')
 const [typesMod] = await tryImport('@modelcontextprotocol/sdk/types.js')
-const skip = missing([!clientMissing, clientMissing], binaryCheck(), serveCheck())
+const skip = missing([!clientMissing, clientMissing], binaryCheck())
 
 const clientInfo = { name: 'sandbox-mcp-interop', version: '0.0.0' }
 const hints = ['readOnlyHint', 'destructiveHint', 'idempotentHint', 'openWorldHint']
@@ -38,7 +38,7 @@ const transports = [
       const stateDir = newStateDir('serve-stdio')
       const transport = new stdioMod.StdioClientTransport({
         command: binaryPath,
-        args: stdioServeArgs(stateDir),
+        args: ['serve', '--state-dir', stateDir],
         env: serveEnv(stateDir),
         stderr: 'pipe'
       })

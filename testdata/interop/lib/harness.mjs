@@ -2,7 +2,7 @@
 // to start it with --ready-fd (never by polling), and the skip-or-fail rule
 // (a missing piece skips with a reason, except under CI=true where it fails).
 
-import { spawn, spawnSync } from 'node:child_process'
+import { spawn } from 'node:child_process'
 import { chmodSync, existsSync, mkdirSync, mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { dirname, join, resolve } from 'node:path'
@@ -72,22 +72,18 @@ export function newStateDir (prefix) {
 }
 
 /**
- * spawnReady starts the sandbox-mcp binary with args and resolves once it
- * says it is ready. By default it hands the child a pipe as fd 3 (for
- * --ready-fd 3) and waits for "ready ADDR\n" there; with readyLog (a RegExp
- * whose first group is the address) it waits for a matching line on stderr
- * instead, for commands without --ready-fd. Either way it is woken by the
- * child's own output, never by polling. It rejects, quoting the child's
- * stderr, if the child exits or closes fd 3 first (e.g. the listen address
- * is taken) or after startupTimeoutMs.
+ * spawnReady starts the sandbox-mcp binary with args (which must include
+ * --ready-fd 3), hands the child a pipe as fd 3 and resolves once it writes
+ * "ready ADDR\n" there: woken by the child's own output, never by polling.
+ * It rejects, quoting the child's stderr, if the child exits or closes fd 3
+ * first (e.g. the listen address is taken) or after startupTimeoutMs.
  *
  * The returned object has addr, child, stderr() (everything logged so far)
  * and stop() (SIGTERM, then SIGKILL if the child has not exited after a
  * grace period; resolves with {code, signal} once it has exited).
  */
-export function spawnReady (args, { env = process.env, cwd = repoRoot, readyLog = null } = {}) {
-  const stdio = readyLog ? ['ignore', 'pipe', 'pipe'] : ['ignore', 'pipe', 'pipe', 'pipe']
-  const child = spawn(binaryPath, args, { cwd, env, stdio })
+export function spawnReady (args, { env = process.env, cwd = repoRoot } = {}) {
+  const child = spawn(binaryPath, args, { cwd, env, stdio: ['ignore', 'pipe', 'pipe', 'pipe'] })
   let stderr = ''
   child.stderr.setEncoding('utf8')
   child.stdout.resume()
@@ -127,14 +123,7 @@ export function spawnReady (args, { env = process.env, cwd = repoRoot, readyLog 
     const timer = setTimeout(() => fail(`not ready within ${startupTimeoutMs} ms`), startupTimeoutMs)
     child.once('error', (err) => fail(`spawn failed: ${err.message}`))
     exited.then(({ code, signal }) => fail(`exited (code ${code}, signal ${signal}) before it was ready`))
-
-    child.stderr.on('data', (chunk) => {
-      stderr += chunk
-      if (!readyLog) return
-      const m = readyLog.exec(stderr)
-      if (m) succeed(m[1])
-    })
-    if (readyLog) return
+    child.stderr.on('data', (chunk) => { stderr += chunk })
 
     let buf = ''
     const readyPipe = child.stdio[3]
@@ -205,32 +194,6 @@ export async function within (p, what, ms = 30_000) {
 
 // --- sandbox-mcp serve ---------------------------------------------------------
 
-let serveHelpText
-
-/**
- * serveHelp returns the text of `sandbox-mcp serve -h`, or null when the
- * binary has no serve command (or is missing). It runs the binary once.
- */
-export function serveHelp () {
-  if (serveHelpText !== undefined) return serveHelpText
-  serveHelpText = null
-  if (!existsSync(binaryPath)) return null
-  const r = spawnSync(binaryPath, ['serve', '-h'], { encoding: 'utf8', timeout: 30_000 })
-  const text = `${r.stdout}${r.stderr}`
-  if (r.status === 0 && !/unknown command/.test(text)) serveHelpText = text
-  return serveHelpText
-}
-
-/** serveCheck is the missing() check for the serve command. */
-export function serveCheck () {
-  return [serveHelp() !== null, `${binaryPath} has no serve command (sandbox-mcp serve -h fails)`]
-}
-
-/** serveHasFlag reports whether `serve -h` lists --name. */
-export function serveHasFlag (name) {
-  return new RegExp(`^\\s+-{1,2}${name}\\b`, 'm').test(serveHelp() ?? '')
-}
-
 /**
  * serveEnv is the environment for a serve child: the caller's, with HOME in
  * the test's state directory so nothing lands in the real home.
@@ -241,32 +204,18 @@ export function serveEnv (stateDir) {
   return env
 }
 
-/** serveArgs are the flags every test server gets: its own state directory. */
-export function serveArgs (stateDir) {
-  return ['--state-dir', stateDir]
-}
-
-/** stdioServeArgs is the argv (after the binary) of a stdio server. */
-export function stdioServeArgs (stateDir) {
-  return ['serve', ...serveArgs(stateDir)]
-}
-
 /**
  * startServeHTTP runs `sandbox-mcp serve --http 127.0.0.1:0 --ready-fd 3`
  * with a fresh state directory and resolves once it listens, with url (the
  * MCP endpoint the server reports, http://127.0.0.1:PORT/mcp), stderr() and
- * stop() (which also removes the state directory). Without --ready-fd in
- * `serve -h` it waits for the server's "serving MCP" log line instead.
+ * stop() (which also removes the state directory).
  */
 export async function startServeHTTP (extraArgs = []) {
   const stateDir = newStateDir('serve-http')
-  const args = ['serve', '--http', '127.0.0.1:0', ...serveArgs(stateDir), ...extraArgs]
-  const opts = { env: serveEnv(stateDir) }
-  if (serveHasFlag('ready-fd')) args.push('--ready-fd', '3')
-  else opts.readyLog = /serving MCP.*?\burl=(\S+)/
+  const args = ['serve', '--http', '127.0.0.1:0', '--state-dir', stateDir, '--ready-fd', '3', ...extraArgs]
   let handle
   try {
-    handle = await spawnReady(args, opts)
+    handle = await spawnReady(args, { env: serveEnv(stateDir) })
   } catch (err) {
     rmSync(stateDir, { recursive: true, force: true })
     throw err
