@@ -412,6 +412,7 @@ func (c *Call) result(out any, extra []mcp.Content) *mcp.CallToolResult {
 
 // errorResult renders err as an isError result the model can act on.
 func (c *Call) errorResult(err error) *mcp.CallToolResult {
+	reportInputError(c.ctx, err)
 	msg := c.describeError(err)
 	text := msg
 	if len(c.notices) > 0 {
