@@ -759,6 +759,7 @@ func callCommand(fs *flag.FlagSet, g *globals) func(context.Context, []string) e
 			fmt.Fprintf(g.stderr, "sandbox-mcp call: the arguments must be one JSON object: %v\n\n%s input schema:\n%s\n", err, name, indentJSON(schema))
 			return exitError{2}
 		}
+		ctx, badArgs := tools.WithInputErrorReport(ctx)
 		c, err := mcpclient.NewInProcessClient(st.server.MCP())
 		if err != nil {
 			return err
@@ -808,7 +809,7 @@ func callCommand(fs *flag.FlagSet, g *globals) func(context.Context, []string) e
 			}
 		}
 		if res.IsError {
-			if isArgumentError(res) {
+			if badArgs.Err() != nil {
 				fmt.Fprintf(g.stderr, "\n%s input schema:\n%s\n", name, indentJSON(schema))
 				return exitError{2}
 			}
@@ -832,26 +833,6 @@ func readCallArgs(arg string) (string, error) {
 		return string(b), nil
 	}
 	return arg, nil
-}
-
-// isArgumentError reports whether an isError result is about the
-// arguments, not the tool's work. The tools validate their own arguments
-// (mcp-go's input schema validation is off) and report every bad argument
-// as a tools.InputError, whose text starts with "invalid argument"
-// ("invalid argument FIELD: …" or "invalid arguments: …"), after the
-// notices if any. Matching the start of a paragraph, not any substring,
-// keeps an error that merely quotes EINVAL ("invalid argument") out.
-func isArgumentError(res *mcp.CallToolResult) bool {
-	for _, content := range res.Content {
-		if tc, ok := content.(mcp.TextContent); ok {
-			for _, para := range strings.Split(tc.Text, "\n\n") {
-				if strings.HasPrefix(para, "invalid argument") {
-					return true
-				}
-			}
-		}
-	}
-	return false
 }
 
 func doctorCommand(fs *flag.FlagSet, g *globals) func(context.Context, []string) error {

@@ -112,10 +112,14 @@ func TestCall(t *testing.T) {
 	if err := json.Unmarshal([]byte(lastLine(out)), &res); err != nil || res.ExitCode != 3 || res.Stdout != "hello\n" {
 		t.Fatalf("call output %q: %+v %v", out, res, err)
 	}
-	// An isError result exits 1 and prints the message.
-	out, _, code := n.run(`./sandbox-mcp call read_files '{"paths": ["missing.txt"]}'`, nil)
+	// An isError result exits 1 and prints the message; it is not about the
+	// arguments, so no input schema follows.
+	out, errs, code := n.run(`./sandbox-mcp call read_files '{"paths": ["missing.txt"]}'`, nil)
 	if code != 1 || !strings.Contains(out, "missing.txt") {
 		t.Fatalf("isError call: exit %d, output %q", code, out)
+	}
+	if strings.Contains(errs, "input schema") {
+		t.Errorf("isError call that is not about the arguments printed the input schema: %q", errs)
 	}
 	// --json prints the whole result.
 	out = n.mustRun(`./sandbox-mcp call --json workspace_info`)
@@ -138,6 +142,9 @@ func TestCall(t *testing.T) {
 	}
 }
 
+// TestCallBadInput: a call to fix exits 2 and says what to fix; arguments
+// the tool rejects, by its schema or its own checks, come with the input
+// schema.
 func TestCallBadInput(t *testing.T) {
 	n := newNewcomer(t)
 	cases := []struct {
@@ -147,7 +154,7 @@ func TestCallBadInput(t *testing.T) {
 		{`./sandbox-mcp call workspace_exec '{"command": '`, []string{"JSON", `"command"`}},
 		{`./sandbox-mcp call no_such_tool`, []string{"unknown tool", "workspace_exec"}},
 		{`./sandbox-mcp call workspace_exec '{}'`, []string{"command", "input schema"}},
-		{`./sandbox-mcp call put_files '{"files": [{"path": "a", "content": "!!", "encoding": "base64"}]}'`, []string{"files[0].content"}},
+		{`./sandbox-mcp call put_files '{"files": [{"path": "a", "content": "!!", "encoding": "base64"}]}'`, []string{"files[0].content", "input schema"}},
 		{`./sandbox-mcp call`, []string{"usage"}},
 	}
 	for _, tc := range cases {
@@ -758,23 +765,6 @@ func TestWorkspaceFlag(t *testing.T) {
 			t.Errorf("--workspace %q: check() = %v", name, err)
 		} else if err != nil && !strings.Contains(err.Error(), "--workspace") {
 			t.Errorf("--workspace %q: the error does not name the flag: %v", name, err)
-		}
-	}
-}
-
-func TestIsArgumentError(t *testing.T) {
-	text := func(s string) *mcp.CallToolResult {
-		return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{mcp.NewTextContent(s)}}
-	}
-	for s, want := range map[string]bool{
-		"invalid argument timeout_sec: got string, want integer.":                                     true,
-		"invalid arguments: arguments are not JSON: unexpected EOF.":                                  true,
-		"NOTICE: The sandbox was resumed.\n\ninvalid argument cwd: \"x\" is a file, not a directory.": true,
-		"workspace_exec failed: open /workspace/x: invalid argument":                                  false,
-		"Not found: invalid argument.":                                                                false,
-	} {
-		if got := isArgumentError(text(s)); got != want {
-			t.Errorf("isArgumentError(%q) = %v, want %v", s, got, want)
 		}
 	}
 }
