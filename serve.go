@@ -1,0 +1,118 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"net"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/sandbox-mcp/sandbox-mcp/server"
+)
+
+// httpOptions are serve's transport flags.
+type httpOptions struct {
+	addr            string
+	authTokensFile  string
+	allowedOrigins  string
+	tlsCert, tlsKey string
+	maxBodyBytes    byteSize
+	sessionIdleTTL  time.Duration
+	shutdownTimeout time.Duration
+	readyFD         int
+}
+
+// register adds the transport flags; the defaults of the limits are the
+// server's.
+func (h *httpOptions) register(fs *flag.FlagSet) {
+	h.maxBodyBytes = byteSize(server.DefaultMaxBodyBytes)
+	fs.StringVar(&h.addr, "http", "", "serve streamable HTTP at ADDR (host:port) on /mcp instead of stdio")
+	fs.StringVar(&h.authTokensFile, "auth-tokens-file", "", "file of \"TOKEN PRINCIPAL\" lines; required unless --http is loopback")
+	fs.StringVar(&h.allowedOrigins, "allowed-origins", "", "comma-separated browser origins allowed to call (others get 403)")
+	fs.StringVar(&h.tlsCert, "tls-cert", "", "PEM certificate: serve HTTPS")
+	fs.StringVar(&h.tlsKey, "tls-key", "", "PEM private key for --tls-cert")
+	fs.Var(&h.maxBodyBytes, "max-body-bytes", "largest HTTP request body (413 beyond)")
+	fs.DurationVar(&h.sessionIdleTTL, "session-idle-ttl", 30*time.Minute, "end HTTP sessions idle this long (0: never)")
+	fs.DurationVar(&h.shutdownTimeout, "shutdown-timeout", server.DefaultShutdownTimeout, "on SIGTERM, how long in-flight calls get before they are cancelled")
+	fs.IntVar(&h.readyFD, "ready-fd", 0, "file descriptor to write \"ready URL\" to once HTTP is listening (0: none)")
+}
+
+// serverConfig is the transport's part of the server's config. With --http
+// it loads the tokens and refuses to listen beyond loopback without them.
+func (h *httpOptions) serverConfig() (server.Config, error) {
+	cfg := server.Config{
+		MaxBodyBytes:    int64(h.maxBodyBytes),
+		SessionIdleTTL:  h.sessionIdleTTL,
+		TLSCert:         h.tlsCert,
+		TLSKey:          h.tlsKey,
+		ShutdownTimeout: h.shutdownTimeout,
+	}
+	if h.allowedOrigins != "" {
+		// server.New trims them and skips empty ones.
+		cfg.AllowedOrigins = strings.Split(h.allowedOrigins, ",")
+	}
+	if h.addr == "" {
+		return cfg, nil
+	}
+	if h.authTokensFile != "" {
+		tokens, err := server.LoadTokens(h.authTokensFile)
+		if err != nil {
+			return cfg, err
+		}
+		cfg.AuthTokens = tokens
+	}
+	return cfg, server.CheckListen(h.addr, cfg.AuthTokens)
+}
+
+// serveCommand is `sandbox-mcp serve`: MCP over stdio, or over streamable
+// HTTP with --http, announcing the endpoint URL on --ready-fd.
+func serveCommand(fs *flag.FlagSet, g *globals) func(context.Context, []string) error {
+	o := &serveOptions{}
+	o.registerSandboxFlags(fs)
+	h := &httpOptions{}
+	h.register(fs)
+	return func(ctx context.Context, args []string) error {
+		if err := noArgs(args); err != nil {
+			return err
+		}
+		var ready *os.File
+		if h.readyFD > 0 {
+			var err error
+			if ready, err = openReadyFD(h.readyFD); err != nil {
+				return err
+			}
+			defer ready.Close()
+		}
+		cfg, err := h.serverConfig()
+		if err != nil {
+			return err
+		}
+		st, err := o.build(ctx, g.log, cfg)
+		if err != nil {
+			return err
+		}
+		defer st.close(context.Background())
+		if h.addr == "" {
+			return st.server.ServeStdio(ctx, os.Stdin, g.stdout)
+		}
+		ln, err := net.Listen("tcp", h.addr)
+		if err != nil {
+			return fmt.Errorf("--http %s: %w", h.addr, err)
+		}
+		if ready != nil {
+			// Close it once written: processes sandboxes spawn must not
+			// inherit it.
+			_, err := fmt.Fprintf(ready, "ready %s\n", st.server.EndpointURL(ln.Addr()))
+			if cerr := ready.Close(); err == nil && cerr != nil {
+				err = cerr
+			}
+			if err != nil {
+				ln.Close()
+				return fmt.Errorf("--ready-fd %d: %w", h.readyFD, err)
+			}
+		}
+		return st.server.ServeHTTP(ctx, ln)
+	}
+}

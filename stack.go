@@ -1,0 +1,222 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/sandbox-mcp/sandbox-mcp/manage"
+	"github.com/sandbox-mcp/sandbox-mcp/manage/boltstore"
+	"github.com/sandbox-mcp/sandbox-mcp/manage/local"
+	"github.com/sandbox-mcp/sandbox-mcp/server"
+	"github.com/sandbox-mcp/sandbox-mcp/tools"
+)
+
+// defaultStateDir is /var/lib/sandbox-mcp for root (whose home is not
+// reachable by the unprivileged user sandboxes run as), else
+// $XDG_STATE_HOME/sandbox-mcp, else ~/.local/state/sandbox-mcp.
+func defaultStateDir() string {
+	if os.Geteuid() == 0 {
+		return "/var/lib/sandbox-mcp"
+	}
+	if d := os.Getenv("XDG_STATE_HOME"); d != "" {
+		return filepath.Join(d, "sandbox-mcp")
+	}
+	if home, err := os.UserHomeDir(); err == nil {
+		return filepath.Join(home, ".local", "state", "sandbox-mcp")
+	}
+	return filepath.Join(os.TempDir(), "sandbox-mcp-state")
+}
+
+// serveOptions are the flags that shape sandboxes and tools, shared by
+// serve, call, tools and doctor: provider, limits, workspace, toolsets.
+type serveOptions struct {
+	provider       string
+	isolation      string
+	network        bool
+	defaultTimeout time.Duration
+	maxTimeout     time.Duration
+	outputLimit    byteSize
+	maxPutBytes    byteSize
+	maxReadBytes   byteSize
+	autoRecreate   bool
+	idlePause      time.Duration
+	pausedTTL      time.Duration
+	workspace      string
+	stageRoots     stringMap
+	artifactsDir   string
+	stateDir       string
+	toolsets       string
+	readOnly       bool
+	memory         byteSize
+	cpus           float64
+	pids           int64
+}
+
+// registerSandboxFlags adds the flags that shape sandboxes and tools; the
+// defaults of the tools' limits are tools.DefaultConfig's.
+func (o *serveOptions) registerSandboxFlags(fs *flag.FlagSet) {
+	def := tools.DefaultConfig()
+	o.outputLimit, o.maxPutBytes, o.maxReadBytes = byteSize(def.OutputLimit), byteSize(def.MaxPutBytes), byteSize(def.MaxReadBytes)
+	o.stageRoots = stringMap{}
+	fs.StringVar(&o.provider, "provider", "local", "sandbox provider: local (docker and e2b are planned)")
+	fs.StringVar(&o.isolation, "isolation", "auto", "local isolation: auto (bwrap when it works), bwrap, or none (unisolated, loudly warned)")
+	fs.BoolVar(&o.network, "network", false, "give sandboxes network access")
+	fs.DurationVar(&o.defaultTimeout, "default-timeout", def.DefaultTimeout, "timeout of a command when the model gives no timeout_sec")
+	fs.DurationVar(&o.maxTimeout, "max-timeout", def.MaxTimeout, "ceiling for the model's timeout_sec (larger values are clamped, and the result says so)")
+	fs.Var(&o.outputLimit, "output-limit", "inline output per stream (head and tail); the rest stays in a log file")
+	fs.Var(&o.maxPutBytes, "max-put-bytes", "largest total of one put_files call")
+	fs.Var(&o.maxReadBytes, "max-read-bytes", "largest total one read_files call returns")
+	fs.BoolVar(&o.autoRecreate, "auto-recreate", true, "replace a lost sandbox (the failed call is reported, never replayed)")
+	fs.DurationVar(&o.idlePause, "idle-pause", 10*time.Minute, "pause a sandbox after this long without a call (0: never)")
+	fs.DurationVar(&o.pausedTTL, "paused-ttl", 7*24*time.Hour, "kill sandboxes paused for longer than this (0: never)")
+	fs.StringVar(&o.workspace, "workspace", "", "name of a workspace that survives restarts (default: a fresh anonymous one)")
+	fs.Var(o.stageRoots, "stage-root", "NAME=/abs/dir: a host directory stage_inputs may read as host://NAME/... (repeatable)")
+	fs.StringVar(&o.artifactsDir, "artifacts-dir", "", "host directory of the artifact store (default: STATE-DIR/artifacts)")
+	fs.StringVar(&o.stateDir, "state-dir", defaultStateDir(), "directory for sandboxes and the workspace store")
+	fs.StringVar(&o.toolsets, "toolsets", "all", "comma-separated toolsets to expose: exec, process, files, transfer, admin, or all")
+	fs.BoolVar(&o.readOnly, "read-only", false, "expose only tools that change nothing")
+	fs.Var(&o.memory, "memory", "memory limit per sandbox (0: the provider default)")
+	fs.Float64Var(&o.cpus, "cpus", 0, "CPU limit per sandbox in cores (0: the provider default)")
+	fs.Int64Var(&o.pids, "pids", 0, "process limit per sandbox (0: the provider default)")
+}
+
+// toolsConfig is the tools' part of the options.
+func (o *serveOptions) toolsConfig() tools.Config {
+	cfg := tools.DefaultConfig()
+	cfg.DefaultTimeout, cfg.MaxTimeout = o.defaultTimeout, o.maxTimeout
+	cfg.OutputLimit, cfg.MaxPutBytes, cfg.MaxReadBytes = int(o.outputLimit), int64(o.maxPutBytes), int64(o.maxReadBytes)
+	cfg.StageRoots = map[string]string(o.stageRoots)
+	cfg.ArtifactsDir = o.artifactsDir
+	if cfg.ArtifactsDir == "" {
+		cfg.ArtifactsDir = filepath.Join(o.stateDir, "artifacts")
+	}
+	cfg.Network = o.network
+	cfg.Toolsets = strings.Split(o.toolsets, ",")
+	cfg.ReadOnly = o.readOnly
+	return cfg
+}
+
+// check validates the options that do not need the machine. A workspace
+// name follows the server's rule (server.ValidWorkspaceName), the same as
+// for the Sandbox-Workspace header.
+func (o *serveOptions) check() error {
+	if o.provider != "local" {
+		return fmt.Errorf("--provider %q is not available in this version: only local is implemented (docker and e2b are planned)", o.provider)
+	}
+	switch o.isolation {
+	case "auto", "bwrap", "none":
+	default:
+		return fmt.Errorf("--isolation %q: want auto, bwrap or none", o.isolation)
+	}
+	if o.defaultTimeout <= 0 || o.maxTimeout <= 0 {
+		return errors.New("--default-timeout and --max-timeout must be positive")
+	}
+	if o.outputLimit < 256 {
+		return fmt.Errorf("--output-limit %s is too small (at least 256 bytes)", o.outputLimit.String())
+	}
+	for name, dir := range o.stageRoots {
+		if !filepath.IsAbs(dir) {
+			return fmt.Errorf("--stage-root %s=%s: the directory must be an absolute path", name, dir)
+		}
+	}
+	if o.workspace != "" && !server.ValidWorkspaceName(o.workspace) {
+		return fmt.Errorf("--workspace %q: use 1-64 characters from A-Z a-z 0-9 . _ -, not only dots", o.workspace)
+	}
+	return nil
+}
+
+// stack is everything a serving process runs.
+type stack struct {
+	provider *local.Provider
+	store    *boltstore.Store
+	manager  *manage.Manager
+	deps     *tools.Deps
+	tools    []tools.Tool // the tools served
+	server   *server.Server
+}
+
+// close shuts the server down, which shuts the manager down (the
+// end-of-session policy, once for every workspace), then releases the
+// provider and store. Before the server exists it shuts the manager down
+// itself.
+func (s *stack) close(ctx context.Context) {
+	switch {
+	case s.server != nil:
+		_ = s.server.Shutdown(ctx)
+	case s.manager != nil:
+		_ = s.manager.Shutdown(ctx)
+	}
+	if s.provider != nil {
+		_ = s.provider.Close(ctx)
+	}
+	if s.store != nil {
+		_ = s.store.Close()
+	}
+}
+
+// build checks the options and assembles store, provider, manager, tools
+// and server; cfg brings the transport's settings, build fills in the rest.
+// It creates no sandbox. On an error it releases what it had opened.
+func (o *serveOptions) build(ctx context.Context, log *slog.Logger, cfg server.Config) (*stack, error) {
+	if err := o.check(); err != nil {
+		return nil, err
+	}
+	st := &stack{}
+	ok := false
+	defer func() {
+		if !ok {
+			st.close(context.WithoutCancel(ctx))
+		}
+	}()
+	var err error
+	if st.store, err = boltstore.Open(o.stateDir, boltstore.Options{Logger: log}); err != nil {
+		return nil, err
+	}
+	if st.provider, err = local.New(ctx, local.Config{StateDir: o.stateDir, Isolation: o.isolation, Logger: log}); err != nil {
+		return nil, err
+	}
+	if st.manager, err = manage.New(o.managerOptions(st.provider, st.store, log)); err != nil {
+		return nil, err
+	}
+	st.deps = tools.NewDeps(st.manager, o.toolsConfig(), log)
+	if st.tools, err = tools.Selected(st.deps); err != nil {
+		return nil, err
+	}
+	cfg.Deps, cfg.Tools, cfg.Logger = st.deps, st.tools, log
+	cfg.Version = buildVersion()
+	if o.workspace != "" {
+		cfg.Workspace = tools.Workspace{Key: "stdio:" + o.workspace, Named: true}
+	}
+	if st.server, err = server.New(cfg); err != nil {
+		return nil, err
+	}
+	if st.provider.Isolation() == "none" {
+		log.Warn("sandboxes run WITHOUT isolation: commands run as this user on this machine; install bubblewrap (apt-get install bubblewrap) for isolated sandboxes")
+	}
+	ok = true
+	return st, nil
+}
+
+// managerOptions are the Manager's options: the sandbox template (network,
+// limits) and the lifecycle policy.
+func (o *serveOptions) managerOptions(p manage.Provider, store manage.Store, log *slog.Logger) manage.Options {
+	return manage.Options{
+		Provider: p,
+		Store:    store,
+		Template: manage.SandboxConfig{
+			Network: o.network,
+			Limits:  manage.Limits{MemoryBytes: int64(o.memory), CPUs: o.cpus, Pids: o.pids},
+		},
+		AutoRecreate: o.autoRecreate,
+		IdlePause:    o.idlePause,
+		PausedTTL:    o.pausedTTL,
+		Logger:       log,
+	}
+}
