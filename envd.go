@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"flag"
-	"io"
 
 	"github.com/sandbox-mcp/sandbox-mcp/envd/daemon"
 )
@@ -32,17 +31,13 @@ func envdCommand(fs *flag.FlagSet, g *globals) func(context.Context, []string) e
 		}
 		cfg.Env = env
 		cfg.Logger = g.log
-		var ready io.Writer
-		if *readyFD > 0 {
-			f, err := openReadyFD(*readyFD)
-			if err != nil {
-				return err
-			}
-			// Close it as soon as the line is written: processes the daemon
-			// spawns must not inherit it.
-			ready = closeAfterWrite{f}
-			defer f.Close()
+		ready, err := openReadyFD(*readyFD)
+		if err != nil {
+			return err
 		}
-		return daemon.Run(ctx, cfg, *listen, ready)
+		defer ready.Close()
+		// daemon.Run writes its "ready ADDR" line through ready, which closes
+		// the descriptor: processes the daemon spawns must not inherit it.
+		return daemon.Run(ctx, cfg, *listen, ready.writer())
 	}
 }

@@ -3,27 +3,74 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 
 	"golang.org/x/sys/unix"
 )
 
-// openReadyFD opens the inherited descriptor fd of --ready-fd, refusing one
-// that is not open: a server nobody hears is ready would wait forever.
-func openReadyFD(fd int) (*os.File, error) {
+// readyFD is the inherited descriptor of --ready-fd, on which serve --http
+// and envd tell the parent that started them that they listen: one
+// "ready ADDR" line, so the parent waits without polling. The descriptor is
+// closed right after that line, so that processes started later (in
+// sandboxes, or by the daemon) do not inherit it.
+type readyFD struct {
+	fd int
+	f  *os.File
+}
+
+// openReadyFD opens --ready-fd's descriptor fd; 0 means none and gives nil.
+// It refuses a descriptor that is not open: a server nobody hears is ready
+// would leave its parent waiting forever.
+func openReadyFD(fd int) (*readyFD, error) {
+	if fd <= 0 {
+		return nil, nil
+	}
 	if _, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0); err != nil {
 		return nil, fmt.Errorf("--ready-fd %d is not open: %w", fd, err)
 	}
-	return os.NewFile(uintptr(fd), "ready-fd"), nil
+	return &readyFD{fd: fd, f: os.NewFile(uintptr(fd), "ready-fd")}, nil
 }
 
-// closeAfterWrite closes its file after the first write.
-type closeAfterWrite struct{ f *os.File }
-
-func (c closeAfterWrite) Write(p []byte) (int, error) {
-	n, err := c.f.Write(p)
-	if cerr := c.f.Close(); err == nil && cerr != nil && !errors.Is(cerr, os.ErrClosed) {
+// Write writes p, then closes the descriptor: the ready line is the only
+// thing ever written to it.
+func (r *readyFD) Write(p []byte) (int, error) {
+	n, err := r.f.Write(p)
+	if cerr := r.f.Close(); err == nil && cerr != nil && !errors.Is(cerr, os.ErrClosed) {
 		err = cerr
 	}
 	return n, err
+}
+
+// announce writes "ready ADDR" (and closes the descriptor); with no
+// --ready-fd (r nil) it does nothing.
+func (r *readyFD) announce(addr string) error {
+	if r == nil {
+		return nil
+	}
+	if _, err := fmt.Fprintf(r, "ready %s\n", addr); err != nil {
+		return fmt.Errorf("--ready-fd %d: %w", r.fd, err)
+	}
+	return nil
+}
+
+// writer returns r as the io.Writer daemon.Run announces on, which writes
+// the same "ready ADDR" line; nil (no --ready-fd) when r is nil.
+func (r *readyFD) writer() io.Writer {
+	if r == nil {
+		return nil
+	}
+	return r
+}
+
+// Close closes the descriptor unless the ready line already did; it is
+// safe on nil and more than once.
+func (r *readyFD) Close() error {
+	if r == nil {
+		return nil
+	}
+	if err := r.f.Close(); err != nil && !errors.Is(err, os.ErrClosed) {
+		return err
+	}
+	return nil
 }

@@ -77,14 +77,12 @@ func serveCommand(fs *flag.FlagSet, g *globals) func(context.Context, []string) 
 		if err := noArgs(args); err != nil {
 			return err
 		}
-		var ready *os.File
-		if h.readyFD > 0 {
-			var err error
-			if ready, err = openReadyFD(h.readyFD); err != nil {
-				return err
-			}
-			defer ready.Close()
+		// Opened first: a descriptor that is not open fails before any work.
+		ready, err := openReadyFD(h.readyFD)
+		if err != nil {
+			return err
 		}
+		defer ready.Close()
 		cfg, err := h.serverConfig()
 		if err != nil {
 			return err
@@ -101,17 +99,9 @@ func serveCommand(fs *flag.FlagSet, g *globals) func(context.Context, []string) 
 		if err != nil {
 			return fmt.Errorf("--http %s: %w", h.addr, err)
 		}
-		if ready != nil {
-			// Close it once written: processes sandboxes spawn must not
-			// inherit it.
-			_, err := fmt.Fprintf(ready, "ready %s\n", st.server.EndpointURL(ln.Addr()))
-			if cerr := ready.Close(); err == nil && cerr != nil {
-				err = cerr
-			}
-			if err != nil {
-				ln.Close()
-				return fmt.Errorf("--ready-fd %d: %w", h.readyFD, err)
-			}
+		if err := ready.announce(st.server.EndpointURL(ln.Addr())); err != nil {
+			ln.Close()
+			return err
 		}
 		return st.server.ServeHTTP(ctx, ln)
 	}
