@@ -51,7 +51,7 @@ func Missing(t testing.TB, format string, args ...any) {
 func RequireRoot(t testing.TB) {
 	t.Helper()
 	if os.Geteuid() != 0 {
-		Missing(t, "this test needs root (uid %d): run the tests as root, e.g. sudo -E go test", os.Geteuid())
+		Missing(t, "root (the tests run as uid %d): run them as root, e.g. sudo -E go test", os.Geteuid())
 	}
 }
 
