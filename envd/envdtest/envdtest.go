@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/sandbox-mcp/sandbox-mcp/envd/daemon"
+	"github.com/sandbox-mcp/sandbox-mcp/internal/testenv"
 )
 
 // Daemon is a running in-process daemon.
@@ -103,8 +104,24 @@ var (
 	buildErr  error
 )
 
-// Binary builds the sandbox-mcp command once per test process and returns
-// its path.
+// Binary returns the sandbox-mcp command built by [BuildBinary]. A machine
+// without the go command is a missing part (see internal/testenv: a skip,
+// under CI=true a failure); a build that fails fails the test.
+func Binary(t testing.TB) string {
+	t.Helper()
+	path, err := BuildBinary()
+	if errors.Is(err, exec.ErrNotFound) {
+		testenv.Missing(t, "the go command, to build the sandbox-mcp binary (%v): put Go on PATH", err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// BuildBinary builds the sandbox-mcp command once per test process and
+// returns its path; every later call returns the same result. Tests call
+// [Binary]; BuildBinary is for TestMain, where there is no testing.TB.
 //
 // Test binaries have no global cleanup, so builds do not go to a temporary
 // directory per process (which would never be removed) but to one cache
@@ -112,13 +129,9 @@ var (
 // content: concurrent test processes of the same tree share one file, a
 // process never sees another's different build under its path, and builds
 // unused for a day are removed when the next one lands.
-func Binary(t testing.TB) string {
-	t.Helper()
+func BuildBinary() (string, error) {
 	buildOnce.Do(func() { buildPath, buildErr = build() })
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return buildPath
+	return buildPath, buildErr
 }
 
 // binaryTTL is how long an unused build stays in the cache directory.
@@ -138,7 +151,7 @@ func build() (string, error) {
 	cmd := exec.Command("go", "build", "-o", out, "github.com/sandbox-mcp/sandbox-mcp")
 	cmd.Dir = moduleRoot()
 	if msg, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go build: %v\n%s", err, msg)
+		return "", fmt.Errorf("go build sandbox-mcp: %w\n%s", err, msg)
 	}
 	sum, err := fileSHA256(out)
 	if err != nil {

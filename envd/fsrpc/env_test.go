@@ -169,15 +169,3 @@ func writeFile(t *testing.T, path, content string) {
 		t.Fatal(err)
 	}
 }
-
-// requireRoot skips (or, under CI=true, fails) tests that need root.
-func requireRoot(t *testing.T) {
-	t.Helper()
-	if os.Geteuid() == 0 {
-		return
-	}
-	if os.Getenv("CI") == "true" {
-		t.Fatalf("this test needs root")
-	}
-	t.Skip("this test needs root")
-}

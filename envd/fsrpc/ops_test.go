@@ -14,6 +14,7 @@ import (
 	"connectrpc.com/connect"
 	"golang.org/x/sys/unix"
 
+	"github.com/sandbox-mcp/sandbox-mcp/internal/testenv"
 	"github.com/sandbox-mcp/sandbox-mcp/proto/filesystem"
 )
 
@@ -152,11 +153,8 @@ func TestMakeDir(t *testing.T) {
 // TestMakeDirOwnership: as root, a directory made for another user, and the
 // parents created for it, belong to that user.
 func TestMakeDirOwnership(t *testing.T) {
-	requireRoot(t)
-	nobody, err := user.Lookup("nobody")
-	if err != nil {
-		t.Skip("no user nobody on this machine")
-	}
+	testenv.RequireRoot(t)
+	nobody := testenv.RequireUser(t, "nobody")
 	e := newEnv(t)
 	if err := os.Mkdir(e.path("existing"), 0o755); err != nil {
 		t.Fatal(err)
@@ -332,15 +330,12 @@ func TestRemove(t *testing.T) {
 	})
 }
 
-// setXattr sets an extended attribute on path. Where the filesystem has no
-// user xattrs it skips the test, or fails it under CI=true.
+// setXattr sets an extended attribute on path. A filesystem without user
+// xattrs is a missing part (testenv.Missing).
 func setXattr(t *testing.T, path, name string, value []byte) {
 	t.Helper()
 	if err := unix.Setxattr(path, name, value, 0); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("set xattr %s on %s: %v", name, path, err)
-		}
-		t.Skipf("no user xattrs on %s: %v", path, err)
+		testenv.Missing(t, "user xattrs on %s (set %s: %v): point TMPDIR at a filesystem with user xattrs (ext4, xfs, btrfs)", path, name, err)
 	}
 }
 

@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/sandbox-mcp/sandbox-mcp/internal/testenv"
 )
 
 // waitLimit bounds every wait in these tests; it only fires on failure.
@@ -87,7 +89,7 @@ func waitGone(t *testing.T, pid int) {
 		return
 	}
 	if err != nil {
-		t.Skipf("pidfd_open unavailable: %v", err)
+		testenv.Missing(t, "pidfd_open (%v): run the tests on Linux 5.3 or later", err)
 	}
 	defer unix.Close(fd)
 	fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}

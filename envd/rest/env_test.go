@@ -22,6 +22,7 @@ import (
 	"github.com/sandbox-mcp/sandbox-mcp/envd/identity"
 	"github.com/sandbox-mcp/sandbox-mcp/envd/paths"
 	"github.com/sandbox-mcp/sandbox-mcp/envd/rest"
+	"github.com/sandbox-mcp/sandbox-mcp/internal/testenv"
 	"github.com/sandbox-mcp/sandbox-mcp/proto/filesystem/filesystemconnect"
 )
 
@@ -272,30 +273,15 @@ func leftovers(t testing.TB, dir string) []string {
 	return found
 }
 
-// needRoot skips (or under CI=true fails) tests that need root.
-func needRoot(t testing.TB) {
-	t.Helper()
-	if os.Geteuid() == 0 {
-		return
-	}
-	if os.Getenv("CI") == "true" {
-		t.Fatalf("this test needs root")
-	}
-	t.Skip("this test needs root")
-}
-
 // mountTmpfs mounts a tmpfs of the given size (e.g. "1m") at dir.
 func mountTmpfs(t testing.TB, dir, size string) {
 	t.Helper()
-	needRoot(t)
+	testenv.RequireRoot(t)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size="+size, "tmpfs", dir).CombinedOutput(); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("mount tmpfs: %v: %s", err, out)
-		}
-		t.Skipf("cannot mount tmpfs: %v: %s", err, out)
+		testenv.Missing(t, "a tmpfs mount (%v: %s): run the tests as root where mount(8) may mount tmpfs", err, out)
 	}
 	t.Cleanup(func() {
 		if out, err := exec.Command("umount", dir).CombinedOutput(); err != nil {

@@ -10,7 +10,6 @@ import (
 	"mime/multipart"
 	"net/http"
 	"os"
-	"os/user"
 	"strconv"
 	"strings"
 	"syscall"
@@ -20,6 +19,7 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/sandbox-mcp/sandbox-mcp/envd/rest"
+	"github.com/sandbox-mcp/sandbox-mcp/internal/testenv"
 	"github.com/sandbox-mcp/sandbox-mcp/proto/filesystem"
 )
 
@@ -298,11 +298,8 @@ func TestUploadVariants(t *testing.T) {
 // TestUploadOwnership: uploading as another user (the daemon is root)
 // creates the file and its new parents owned by that user.
 func TestUploadOwnership(t *testing.T) {
-	needRoot(t)
-	nobody, err := user.Lookup("nobody")
-	if err != nil {
-		t.Skip("no user nobody on this machine")
-	}
+	testenv.RequireRoot(t)
+	nobody := testenv.RequireUser(t, "nobody")
 	e := newEnv(t)
 	if err := os.Mkdir(e.path("kept"), 0o755); err != nil {
 		t.Fatal(err)

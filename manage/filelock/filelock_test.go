@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/sandbox-mcp/sandbox-mcp/internal/testenv"
 )
 
 // guard bounds a wait that only lasts that long on failure.
@@ -150,7 +152,7 @@ func openFDs(t *testing.T) int {
 	t.Helper()
 	entries, err := os.ReadDir("/proc/self/fd")
 	if err != nil {
-		t.Skipf("no /proc/self/fd: %v", err)
+		testenv.Missing(t, "/proc/self/fd (%v): mount procfs on /proc", err)
 	}
 	return len(entries)
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/sandbox-mcp/sandbox-mcp/envd/client"
 	"github.com/sandbox-mcp/sandbox-mcp/envd/envdtest"
+	"github.com/sandbox-mcp/sandbox-mcp/internal/testenv"
 	"github.com/sandbox-mcp/sandbox-mcp/manage"
 )
 
@@ -74,7 +75,7 @@ func BenchmarkPauseResume(b *testing.B) {
 			}
 			p := needBwrap(b, cfg)
 			if mode == "freezer" && !p.Capabilities().Freezer {
-				skipOrFail(b, "no cgroup freezer here: %s", p.Capabilities().CgroupError)
+				testenv.Missing(b, "a cgroup freezer (%s): run the tests as root, or in a delegated cgroup v2 subtree; sandbox-mcp doctor names the fix", p.Capabilities().CgroupError)
 			}
 			sb := create(b, p, manage.SandboxConfig{})
 			ctx := context.Background()

@@ -15,6 +15,7 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/sandbox-mcp/sandbox-mcp/envd/client"
+	"github.com/sandbox-mcp/sandbox-mcp/internal/testenv"
 	"github.com/sandbox-mcp/sandbox-mcp/manage"
 )
 
@@ -264,7 +265,7 @@ func TestProbe(t *testing.T) {
 	caps := Probe(context.Background(), Config{StateDir: newStateDir(t), EnvdBinary: envdBinary})
 	t.Logf("capabilities: %+v", caps)
 	if caps.BwrapPath == "" {
-		skipOrFail(t, "bwrap is not installed")
+		testenv.Missing(t, "bwrap (%s): install bubblewrap (apt-get install bubblewrap)", caps.BwrapError)
 	}
 	if !caps.BwrapUsable || caps.BwrapError != "" || !strings.HasPrefix(caps.BwrapVersion, "bubblewrap ") || !caps.UserNamespaces {
 		t.Errorf("bwrap: %+v", caps)
@@ -324,9 +325,8 @@ func TestCreateRejectsBadConfig(t *testing.T) {
 }
 
 func TestStateDirUnreachableByTheSandboxUser(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("only a root server runs bwrap as another user")
-	}
+	// Only a root server runs bwrap as another user.
+	testenv.RequireRoot(t)
 	// Like /root/.local/state: a parent the unprivileged host user cannot
 	// search. bwrap then runs as root's uid, with a warning.
 	private, err := os.MkdirTemp(testRoot, "private")
@@ -355,9 +355,8 @@ func TestStateDirUnreachableByTheSandboxUser(t *testing.T) {
 }
 
 func TestUnreachableBinaryIsCopied(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("only a root server runs bwrap as another user")
-	}
+	// Only a root server runs bwrap as another user.
+	testenv.RequireRoot(t)
 	needBinary(t)
 	// The binary under a directory the sandbox user cannot search (like
 	// /root/go/bin); the state directory under an ordinary 0755 one, made

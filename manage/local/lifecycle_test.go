@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sandbox-mcp/sandbox-mcp/envd/client"
+	"github.com/sandbox-mcp/sandbox-mcp/internal/testenv"
 	"github.com/sandbox-mcp/sandbox-mcp/manage"
 )
 
@@ -137,7 +138,7 @@ func TestPauseResume(t *testing.T) {
 	t.Run("cgroup", func(t *testing.T) {
 		p := needBwrap(t, Config{})
 		if !p.Capabilities().Freezer {
-			skipOrFail(t, "no cgroup freezer here: %s", p.Capabilities().CgroupError)
+			testenv.Missing(t, "a cgroup freezer (%s): run the tests as root, or in a delegated cgroup v2 subtree; sandbox-mcp doctor names the fix", p.Capabilities().CgroupError)
 		}
 		testPauseResume(t, p, func(t *testing.T, id string) {
 			d := p.daemonOf(id)
@@ -167,7 +168,7 @@ func TestPauseResume(t *testing.T) {
 		needBinary(t)
 		caps := Probe(context.Background(), Config{StateDir: newStateDir(t), EnvdBinary: envdBinary, Cgroups: CgroupsV2})
 		if caps.CgroupVersion != 2 || !caps.Freezer {
-			skipOrFail(t, "no cgroup v2 freezer here: %+v", caps)
+			testenv.Missing(t, "a cgroup v2 freezer (%+v): run the tests as root, or in a delegated cgroup v2 subtree; sandbox-mcp doctor names the fix", caps)
 		}
 		p := newProvider(t, Config{Cgroups: CgroupsV2})
 		testPauseResume(t, p, func(t *testing.T, id string) {
@@ -378,7 +379,7 @@ func checkCgroupLimits(t *testing.T, p *Provider, id string, lim manage.Limits) 
 	t.Helper()
 	cg := p.cgroups
 	if cg == nil {
-		skipOrFail(t, "no cgroups here: %s", p.Capabilities().CgroupError)
+		testenv.Missing(t, "cgroups (%s): run the tests as root, or in a delegated cgroup v2 subtree; sandbox-mcp doctor names the fix", p.Capabilities().CgroupError)
 		return
 	}
 	type knob struct{ file, want string }
@@ -406,7 +407,7 @@ func checkCgroupLimits(t *testing.T, p *Provider, id string, lim manage.Limits) 
 		}
 	}
 	if len(knobs) == 0 {
-		skipOrFail(t, "no cgroup controller with limits here")
+		testenv.Missing(t, "a cgroup controller with limits (memory, pids or cpu): run the tests as root, or in a delegated cgroup v2 subtree; sandbox-mcp doctor names the fix")
 	}
 	for _, k := range knobs {
 		if got := readTrim(k.file); got != k.want {
@@ -528,7 +529,7 @@ func TestNewKillsLeftoversOfACrashedServer(t *testing.T) {
 	stateDir := newStateDir(t)
 	p1 := newProvider(t, Config{StateDir: stateDir, Isolation: IsolationNone})
 	if p1.cgroups == nil {
-		skipOrFail(t, "no cgroups here: %s", p1.Capabilities().CgroupError)
+		testenv.Missing(t, "cgroups (%s): run the tests as root, or in a delegated cgroup v2 subtree; sandbox-mcp doctor names the fix", p1.Capabilities().CgroupError)
 	}
 	sb := create(t, p1, manage.SandboxConfig{})
 	if err := p1.Close(testCtx(t)); err != nil {

@@ -4,9 +4,9 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"github.com/sandbox-mcp/sandbox-mcp/envd/client"
+	"github.com/sandbox-mcp/sandbox-mcp/envd/envdtest"
+	"github.com/sandbox-mcp/sandbox-mcp/internal/testenv"
 	"github.com/sandbox-mcp/sandbox-mcp/manage"
 )
 
@@ -29,9 +31,12 @@ import (
 const inheritedFD = 100
 
 var (
-	testRoot   string
+	testRoot string
+	// envdBinary is the sandbox-mcp binary the tests run: a link to (or a
+	// copy of) envdtest's build under testRoot, where the unprivileged
+	// sandbox user can reach it.
 	envdBinary string
-	buildErr   error
+	placeErr   error
 )
 
 func TestMain(m *testing.M) {
@@ -66,27 +71,42 @@ func runTests(m *testing.M) int {
 		return 1
 	}
 	envdBinary = filepath.Join(bin, "sandbox-mcp")
-	cmd := exec.Command("go", "build", "-o", envdBinary, "github.com/sandbox-mcp/sandbox-mcp")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		buildErr = fmt.Errorf("go build sandbox-mcp: %v\n%s", err, out)
+	// A build error is reported by needBinary, through envdtest.Binary.
+	if built, err := envdtest.BuildBinary(); err == nil {
+		placeErr = linkOrCopy(built, envdBinary)
 	}
 	return m.Run()
 }
 
-// skipOrFail skips the test, or fails it under CI=true, where everything the
-// suite needs must be present.
-func skipOrFail(t testing.TB, format string, args ...any) {
-	t.Helper()
-	if os.Getenv("CI") == "true" {
-		t.Fatalf(format, args...)
+// linkOrCopy makes dst the file src: a hard link, or a copy (mode 0755)
+// where src is on another filesystem.
+func linkOrCopy(src, dst string) error {
+	if err := os.Link(src, dst); err == nil {
+		return nil
 	}
-	t.Skipf(format, args...)
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o755)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		_ = out.Close()
+		return err
+	}
+	return out.Close()
 }
 
+// needBinary ends the test unless envdBinary is there: a missing go command
+// is a missing part (testenv.Missing), a failed build a failure.
 func needBinary(t testing.TB) {
 	t.Helper()
-	if buildErr != nil {
-		skipOrFail(t, "the sandbox-mcp binary does not build: %v", buildErr)
+	envdtest.Binary(t)
+	if placeErr != nil {
+		t.Fatalf("place the sandbox-mcp binary under %s: %v", testRoot, placeErr)
 	}
 }
 
@@ -170,7 +190,7 @@ var defaultProbe struct {
 	caps Capabilities
 }
 
-// requireBwrap skips the test (fails it under CI=true) when bubblewrap does
+// requireBwrap ends the test through testenv.Missing when bubblewrap does
 // not work here.
 func requireBwrap(t testing.TB) {
 	t.Helper()
@@ -187,7 +207,7 @@ func requireBwrap(t testing.TB) {
 		defaultProbe.caps = Probe(context.Background(), Config{StateDir: dir, EnvdBinary: envdBinary})
 	})
 	if !defaultProbe.caps.BwrapUsable {
-		skipOrFail(t, "bubblewrap does not work here: %s", defaultProbe.caps.BwrapError)
+		testenv.Missing(t, "a working bubblewrap (%s): install bubblewrap and allow unprivileged user namespaces; sandbox-mcp doctor names the fix for this machine", defaultProbe.caps.BwrapError)
 	}
 }
 
