@@ -23,6 +23,8 @@ const (
 	EventUnisolated
 )
 
+// String returns the kind's name as logs show it ("created", "resumed", …;
+// "unknown" for a value that names no kind).
 func (k EventKind) String() string {
 	switch k {
 	case EventCreated:
@@ -43,7 +45,12 @@ func (k EventKind) String() string {
 
 // Event is one lifecycle happening, for the tools to turn into a notice.
 type Event struct {
-	Kind           EventKind
+	// Kind says what happened.
+	Kind EventKind
+	// PrevGeneration and Generation are the generations before and after
+	// the event (the same for a resume). PrevGeneration is 0 when there was
+	// no sandbox before, and for EventUnisolated, which carries only
+	// Generation.
 	PrevGeneration int64
 	Generation     int64
 	// State and Detail describe the previous sandbox for EventRecreated.

@@ -54,10 +54,8 @@ func (m *Manager) Acquire(ctx context.Context, key string, named bool) (*Lease, 
 		}
 		if f := ws.flight; f != nil {
 			ws.mu.Unlock()
-			select {
-			case <-f.done:
-			case <-ctx.Done():
-				return nil, ctx.Err()
+			if err := f.wait(ctx); err != nil {
+				return nil, err
 			}
 			events = append(events, f.events...)
 			if f.err != nil && !errors.Is(f.err, errSuperseded) {
@@ -65,42 +63,59 @@ func (m *Manager) Acquire(ctx context.Context, key string, named bool) (*Lease, 
 			}
 			continue
 		}
-		switch {
-		case ws.lost != nil:
+		if ws.lost != nil {
 			le := *ws.lost
 			le.NotRun, le.Cause = true, nil
 			ws.mu.Unlock()
 			return nil, &le
-		case !ws.loaded:
-			m.startFlight(ws, m.load)
-		case ws.sb == nil:
-			m.startFlight(ws, func(ws *workspace, f *flight, epoch uint64) error {
-				return m.create(ws, f, epoch, ws.gen+1, EventCreated, nil)
-			})
-		case ws.state == StatePaused || ws.state == StateStopped:
-			m.startFlight(ws, m.resume)
-		case ws.cli == nil:
-			// Published but not reachable yet (reaching it failed once).
-			m.startFlight(ws, func(ws *workspace, _ *flight, epoch uint64) error { return m.connect(ws, epoch) })
-		default:
-			ws.active++
-			if ws.idle != nil {
-				ws.idle.Stop()
-				ws.idle = nil
-			}
-			sb := *ws.sb
-			sb.State = ws.state
-			l := &Lease{Key: key, Generation: ws.gen, Sandbox: sb, Client: ws.cli, m: m, ws: ws, acquired: time.Now()}
-			if len(ws.sb.Warnings) > 0 && ws.warned != ws.gen {
-				ws.warned = ws.gen
-				events = append(events, Event{Kind: EventUnisolated, Generation: ws.gen, Warnings: ws.sb.Warnings})
-			}
-			ws.mu.Unlock()
-			l.Events = events
-			return l, nil
 		}
+		if next := m.nextTransition(ws); next != nil {
+			m.startFlight(ws, next)
+			ws.mu.Unlock()
+			continue
+		}
+		l := m.leaseLocked(ws, events)
 		ws.mu.Unlock()
+		return l, nil
 	}
+}
+
+// nextTransition returns the transition that brings ws's sandbox to where it
+// can be leased (loaded, created, resumed, reached), or nil when it is there.
+// Called with ws.mu held.
+func (m *Manager) nextTransition(ws *workspace) transition {
+	switch {
+	case !ws.loaded:
+		return m.load
+	case ws.sb == nil:
+		gen := ws.gen + 1
+		return func(ws *workspace, f *flight, epoch uint64) error {
+			return m.create(ws, f, epoch, gen, EventCreated, nil)
+		}
+	case ws.state == StatePaused || ws.state == StateStopped:
+		return m.resume
+	case ws.cli == nil:
+		// Published but not reachable yet (reaching it failed once).
+		return func(ws *workspace, _ *flight, epoch uint64) error { return m.connect(ws, epoch) }
+	}
+	return nil
+}
+
+// leaseLocked hands out a lease on ws's published, reachable sandbox, with
+// events and, on a generation's first lease, its unisolated warning. It
+// stops the idle-pause clock. Called with ws.mu held.
+func (m *Manager) leaseLocked(ws *workspace, events []Event) *Lease {
+	ws.active++
+	ws.stopIdleLocked()
+	sb := *ws.sb
+	sb.State = ws.state
+	l := &Lease{Key: ws.key, Generation: ws.gen, Sandbox: sb, Client: ws.cli, m: m, ws: ws, acquired: time.Now()}
+	if len(ws.sb.Warnings) > 0 && ws.warned != ws.gen {
+		ws.warned = ws.gen
+		events = append(events, Event{Kind: EventUnisolated, Generation: ws.gen, Warnings: ws.sb.Warnings})
+	}
+	l.Events = events
+	return l
 }
 
 // Check turns err, the failure of an operation made under this lease, into a
@@ -130,9 +145,7 @@ func (l *Lease) Check(ctx context.Context, err error) error {
 		}
 		if f := ws.flight; f != nil {
 			ws.mu.Unlock()
-			select {
-			case <-f.done:
-			case <-ctx.Done():
+			if f.wait(ctx) != nil {
 				return err
 			}
 			continue
@@ -143,25 +156,9 @@ func (l *Lease) Check(ctx context.Context, err error) error {
 			return le
 		}
 		var result error
-		f := m.startFlight(ws, func(ws *workspace, f *flight, epoch uint64) error {
-			ctx, cancel := m.callCtx()
-			info, ierr := m.opts.Provider.Info(ctx, l.Sandbox.ID)
-			cancel()
-			if ierr != nil {
-				m.log.Warn("could not confirm a suspected sandbox loss; reporting the original error", "key", ws.key, "sandbox", l.Sandbox.ID, "err", ierr, "suspect", err)
-				return nil
-			}
-			if info.State != StateGone && info.State != StateStopped {
-				return nil
-			}
-			notRun := client.NotSent(err) || (!info.EndedAt.IsZero() && info.EndedAt.Before(l.acquired))
-			result = m.replaceLost(ws, f, epoch, l.Generation, info, err, notRun)
-			return nil
-		})
+		f := m.startFlight(ws, m.confirmLoss(l, err, &result))
 		ws.mu.Unlock()
-		select {
-		case <-f.done:
-		case <-ctx.Done():
+		if f.wait(ctx) != nil {
 			return err
 		}
 		if result != nil {
@@ -189,18 +186,14 @@ func (l *Lease) Release() {
 	defer ws.mu.Unlock()
 	ws.active--
 	if ws.active == 0 && l.m.opts.IdlePause > 0 && ws.state == StateRunning && ws.sb != nil {
-		if ws.idle != nil {
-			ws.idle.Stop()
-		}
+		ws.stopIdleLocked()
 		ws.idle = time.AfterFunc(l.m.opts.IdlePause, func() { l.m.idlePause(ws) })
 	}
 }
 
 // Generation returns key's current generation (0 when it has no sandbox).
 func (m *Manager) Generation(key string) int64 {
-	m.mu.Lock()
-	ws := m.workspaces[key]
-	m.mu.Unlock()
+	ws := m.lookup(key)
 	if ws == nil {
 		return 0
 	}

@@ -8,9 +8,17 @@ import (
 	"github.com/sandbox-mcp/sandbox-mcp/envd/client"
 )
 
-// errSuperseded ends a transition whose workspace was reset, paused or
-// closed meanwhile; operations waiting for it wait for the next one instead.
-var errSuperseded = errors.New("superseded by a newer change to the workspace")
+// A workspace changes only through transitions: one at a time, each run as
+// the workspace's flight that operations wait for. A transition runs
+// without ws.mu held, and every change it makes to the workspace is guarded
+// by the epoch it started in: a reset, pause, reap or close bumps the
+// epoch, and a transition that finds it changed publishes nothing (and
+// destroys what it made).
+
+// transition is one lifecycle step, run as a flight; epoch is the
+// workspace's epoch when it started. Events it appends to f reach the
+// operations waiting for it.
+type transition func(ws *workspace, f *flight, epoch uint64) error
 
 // flight is one lifecycle transition in progress; operations wait for it.
 type flight struct {
@@ -19,8 +27,29 @@ type flight struct {
 	events []Event
 }
 
+// errSuperseded ends a transition whose workspace was reset, paused or
+// closed meanwhile; operations waiting for it wait for the next one instead.
+var errSuperseded = errors.New("superseded by a newer change to the workspace")
+
+// changedWhile is the error of a transition that found its workspace
+// changed while it was doing something ("loading", "resuming").
+func changedWhile(key, doing string) error {
+	return fmt.Errorf("workspace %q changed while %s: %w", key, doing, errSuperseded)
+}
+
+// supersededCreation is what a creation returns when its workspace changed
+// before it could publish: the loss it was replacing, marked as not
+// replaced, or errSuperseded.
+func supersededCreation(key string, lost *LostError) error {
+	if lost != nil {
+		lost.ReplaceErr = errors.New("the workspace was reset, paused or closed while the replacement was being made")
+		return lost
+	}
+	return fmt.Errorf("workspace %q was reset or closed while its sandbox was being created: %w", key, errSuperseded)
+}
+
 // startFlight runs fn as the workspace's transition. Called with ws.mu held.
-func (m *Manager) startFlight(ws *workspace, fn func(ws *workspace, f *flight, epoch uint64) error) *flight {
+func (m *Manager) startFlight(ws *workspace, fn transition) *flight {
 	f := &flight{done: make(chan struct{})}
 	ws.flight = f
 	epoch := ws.epoch
@@ -35,6 +64,17 @@ func (m *Manager) startFlight(ws *workspace, fn func(ws *workspace, f *flight, e
 		close(f.done)
 	}()
 	return f
+}
+
+// wait waits until the flight is done, or returns ctx.Err() when ctx ends
+// first.
+func (f *flight) wait(ctx context.Context) error {
+	select {
+	case <-f.done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // load consults the store for a workspace this process has not seen: a
@@ -57,7 +97,7 @@ func (m *Manager) load(ws *workspace, f *flight, epoch uint64) error {
 		return m.create(ws, f, epoch, 1, EventCreated, nil)
 	}
 	prov := m.opts.Provider
-	if rec.Provider != prov.Name() || rec.State == StateGone || rec.SandboxID == "" {
+	if !m.hasOwnSandbox(rec) || rec.State == StateGone {
 		detail := "recorded as gone"
 		if rec.Provider != prov.Name() {
 			detail = fmt.Sprintf("it was made by the %s provider, and this server runs %s", rec.Provider, prov.Name())
@@ -77,7 +117,7 @@ func (m *Manager) load(ws *workspace, f *flight, epoch uint64) error {
 		ws.mu.Lock()
 		if ws.epoch != epoch {
 			ws.mu.Unlock()
-			return fmt.Errorf("workspace %q changed while loading: %w", ws.key, errSuperseded)
+			return changedWhile(ws.key, "loading")
 		}
 		ws.loaded = true
 		ws.gen = rec.Generation
@@ -98,7 +138,7 @@ func (m *Manager) connect(ws *workspace, epoch uint64) error {
 	ws.mu.Lock()
 	if ws.epoch != epoch || ws.sb == nil {
 		ws.mu.Unlock()
-		return fmt.Errorf("workspace %q changed while connecting: %w", ws.key, errSuperseded)
+		return changedWhile(ws.key, "connecting")
 	}
 	id := ws.sb.ID
 	ws.mu.Unlock()
@@ -116,18 +156,16 @@ func (m *Manager) connect(ws *workspace, epoch uint64) error {
 	if ws.epoch != epoch {
 		ws.mu.Unlock()
 		cli.Close()
-		return fmt.Errorf("workspace %q changed while connecting: %w", ws.key, errSuperseded)
+		return changedWhile(ws.key, "connecting")
 	}
-	if ws.cli != nil {
-		ws.cli.Close()
-	}
-	ws.cli = cli
+	ws.setClientLocked(cli)
 	rec := m.record(ws)
 	ws.mu.Unlock()
 	m.save(rec)
 	return nil
 }
 
+// newClient makes an envd client for ep, with the Manager's ClientOptions.
 func (m *Manager) newClient(ep Endpoint) (*client.Client, error) {
 	opts := []client.Option{}
 	if ep.AccessToken != "" {
@@ -162,11 +200,7 @@ func (m *Manager) create(ws *workspace, f *flight, epoch uint64, gen int64, kind
 	superseded, named := ws.epoch != epoch, ws.named
 	ws.mu.Unlock()
 	if superseded {
-		if lost != nil {
-			lost.ReplaceErr = errors.New("the workspace was reset, paused or closed while the replacement was being made")
-			return lost
-		}
-		return fmt.Errorf("workspace %q was reset or closed while its sandbox was being created: %w", ws.key, errSuperseded)
+		return supersededCreation(ws.key, lost)
 	}
 	if sb, recGen, ok := m.madeMeanwhile(ws.key, gen); ok {
 		// Another server sharing the store made this workspace's sandbox
@@ -185,11 +219,7 @@ func (m *Manager) create(ws *workspace, f *flight, epoch uint64, gen int64, kind
 			ws.mu.Lock()
 			if ws.epoch == epoch {
 				ws.loaded = true
-				ws.sb, ws.state = nil, ""
-				if ws.cli != nil {
-					ws.cli.Close()
-					ws.cli = nil
-				}
+				ws.dropSandboxLocked()
 			}
 			ws.mu.Unlock()
 			return lost
@@ -208,7 +238,7 @@ func (m *Manager) madeMeanwhile(key string, gen int64) (Sandbox, int64, bool) {
 	ctx, cancel := m.callCtx()
 	defer cancel()
 	rec, ok, err := m.store.Get(ctx, key)
-	if err != nil || !ok || rec.Provider != m.opts.Provider.Name() || rec.SandboxID == "" || rec.State == StateGone || rec.Generation < gen {
+	if err != nil || !ok || !m.hasOwnSandbox(rec) || rec.State == StateGone || rec.Generation < gen {
 		return Sandbox{}, 0, false
 	}
 	info, err := m.opts.Provider.Info(ctx, rec.SandboxID)
@@ -249,11 +279,7 @@ func (m *Manager) publish(ws *workspace, f *flight, epoch uint64, sb Sandbox, ge
 			m.log.Info("discarding a sandbox made for a workspace that changed meanwhile", "key", ws.key, "sandbox", sb.ID)
 			m.killQuietly(sb.ID)
 		}
-		if lost != nil {
-			lost.ReplaceErr = errors.New("the workspace was reset, paused or closed while the replacement was being made")
-			return lost
-		}
-		return fmt.Errorf("workspace %q was reset or closed while its sandbox was being created: %w", ws.key, errSuperseded)
+		return supersededCreation(ws.key, lost)
 	}
 	if err != nil {
 		ws.mu.Unlock()
@@ -263,13 +289,10 @@ func (m *Manager) publish(ws *workspace, f *flight, epoch uint64, sb Sandbox, ge
 		return fmt.Errorf("workspace %q: reaching sandbox %s: %w", ws.key, sb.ID, err)
 	}
 	prev := ws.gen
-	if ws.cli != nil {
-		ws.cli.Close()
-	}
+	ws.setClientLocked(cli)
 	ws.loaded = true
 	ws.gen = gen
 	ws.sb = &sb
-	ws.cli = cli
 	ws.state = StateRunning
 	ws.lost = nil
 	ev := Event{Kind: kind, PrevGeneration: prev, Generation: gen}
@@ -297,7 +320,7 @@ func (m *Manager) resume(ws *workspace, f *flight, epoch uint64) error {
 	ws.mu.Lock()
 	if ws.epoch != epoch || ws.sb == nil {
 		ws.mu.Unlock()
-		return fmt.Errorf("workspace %q changed while resuming: %w", ws.key, errSuperseded)
+		return changedWhile(ws.key, "resuming")
 	}
 	id, state, gen := ws.sb.ID, ws.state, ws.gen
 	ws.mu.Unlock()
@@ -314,7 +337,7 @@ func (m *Manager) resume(ws *workspace, f *flight, epoch uint64) error {
 	ws.mu.Lock()
 	if ws.epoch != epoch {
 		ws.mu.Unlock()
-		return fmt.Errorf("workspace %q changed while resuming: %w", ws.key, errSuperseded)
+		return changedWhile(ws.key, "resuming")
 	}
 	ws.state = StateRunning
 	ev := Event{Kind: EventResumed, PrevGeneration: gen, Generation: gen, FilesKept: true}

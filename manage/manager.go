@@ -134,6 +134,42 @@ type workspace struct {
 	gone     bool       // the workspace ended (session closed)
 }
 
+// takeSandboxLocked unpublishes the workspace's sandbox, so the next
+// operation finds none, and returns the sandbox and client it had; the
+// caller closes the client. Called with ws.mu held.
+func (ws *workspace) takeSandboxLocked() (*Sandbox, *client.Client) {
+	sb, cli := ws.sb, ws.cli
+	ws.sb, ws.cli, ws.state = nil, nil, ""
+	return sb, cli
+}
+
+// dropSandboxLocked unpublishes the workspace's sandbox and closes its
+// client. Called with ws.mu held.
+func (ws *workspace) dropSandboxLocked() {
+	if _, cli := ws.takeSandboxLocked(); cli != nil {
+		cli.Close()
+	}
+}
+
+// setClientLocked makes cli the workspace's envd client, closing the one it
+// replaces. Called with ws.mu held.
+func (ws *workspace) setClientLocked(cli *client.Client) {
+	if ws.cli != nil {
+		ws.cli.Close()
+	}
+	ws.cli = cli
+}
+
+// stopIdleLocked stops the idle-pause clock. Called with ws.mu held.
+func (ws *workspace) stopIdleLocked() {
+	if ws.idle != nil {
+		ws.idle.Stop()
+		ws.idle = nil
+	}
+}
+
+// workspace returns key's workspace, making it on first use; named marks it
+// as surviving sessions (once named, it stays named).
 func (m *Manager) workspace(key string, named bool) (*workspace, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -153,8 +189,22 @@ func (m *Manager) workspace(key string, named bool) (*workspace, error) {
 	return ws, nil
 }
 
+// lookup returns key's workspace, or nil when this Manager has not seen key.
+func (m *Manager) lookup(key string) *workspace {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.workspaces[key]
+}
+
+// callCtx bounds one provider or store call by CallTimeout.
 func (m *Manager) callCtx() (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.Background(), m.opts.CallTimeout)
+}
+
+// hasOwnSandbox reports whether rec names a sandbox of this Manager's
+// provider.
+func (m *Manager) hasOwnSandbox(rec Record) bool {
+	return rec.Provider == m.opts.Provider.Name() && rec.SandboxID != ""
 }
 
 // record is the workspace's store record. Called with ws.mu held; the
@@ -183,6 +233,8 @@ func (m *Manager) save(rec Record) {
 	}
 }
 
+// killQuietly kills sandbox id, logging a failure: it is for sandboxes no
+// workspace uses any more, whose end nobody waits for.
 func (m *Manager) killQuietly(id string) {
 	ctx, cancel := m.callCtx()
 	defer cancel()

@@ -13,16 +13,24 @@ func (m *Manager) idlePause(ws *workspace) {
 		return
 	}
 	ws.idle = nil
-	m.startFlight(ws, m.pause)
+	m.startFlight(ws, m.pauseTransition)
 	ws.mu.Unlock()
 }
 
-// pause freezes the published sandbox.
-func (m *Manager) pause(ws *workspace, f *flight, epoch uint64) error {
+// pauseTransition is pause run as a flight. A pause never fails (see
+// pause), so operations waiting for it carry on.
+func (m *Manager) pauseTransition(ws *workspace, _ *flight, epoch uint64) error {
+	m.pause(ws, epoch)
+	return nil
+}
+
+// pause freezes the published sandbox. A sandbox the provider cannot pause
+// is left running and the failure logged: the workspace works either way.
+func (m *Manager) pause(ws *workspace, epoch uint64) {
 	ws.mu.Lock()
 	if ws.epoch != epoch || ws.sb == nil {
 		ws.mu.Unlock()
-		return nil
+		return
 	}
 	id := ws.sb.ID
 	ws.mu.Unlock()
@@ -30,7 +38,7 @@ func (m *Manager) pause(ws *workspace, f *flight, epoch uint64) error {
 	defer cancel()
 	if err := m.opts.Provider.Pause(ctx, id); err != nil {
 		m.log.Warn("could not pause idle sandbox; leaving it running", "key", ws.key, "sandbox", id, "err", err)
-		return nil
+		return
 	}
 	m.pauses.Add(1)
 	ws.mu.Lock()
@@ -38,23 +46,22 @@ func (m *Manager) pause(ws *workspace, f *flight, epoch uint64) error {
 		// Reset or closed meanwhile: the sandbox paused is no longer this
 		// workspace's.
 		ws.mu.Unlock()
-		return nil
+		return
 	}
 	ws.state = StatePaused
 	rec := m.record(ws)
 	ws.mu.Unlock()
 	m.save(rec)
 	m.log.Info("paused idle sandbox", "key", ws.key, "sandbox", id)
-	return nil
 }
 
 // Pause pauses key's sandbox now (as the idle timer would). It waits for any
 // transition in flight; a sandbox with operations holding leases is left
-// running (the idle timer pauses it once they are done).
+// running (the idle timer pauses it once they are done), and so is one the
+// provider fails to pause (the failure is logged). It returns an error only
+// when ctx ends first or this Manager has no workspace for key.
 func (m *Manager) Pause(ctx context.Context, key string) error {
-	m.mu.Lock()
-	ws := m.workspaces[key]
-	m.mu.Unlock()
+	ws := m.lookup(key)
 	if ws == nil {
 		return fmt.Errorf("workspace %q has no sandbox", key)
 	}
@@ -64,10 +71,8 @@ func (m *Manager) Pause(ctx context.Context, key string) error {
 			// A pause prevents a replacement in flight from being published.
 			ws.epoch++
 			ws.mu.Unlock()
-			select {
-			case <-f.done:
-			case <-ctx.Done():
-				return ctx.Err()
+			if err := f.wait(ctx); err != nil {
+				return err
 			}
 			continue
 		}
@@ -82,14 +87,9 @@ func (m *Manager) Pause(ctx context.Context, key string) error {
 			ws.mu.Unlock()
 			return nil
 		}
-		f := m.startFlight(ws, m.pause)
+		f := m.startFlight(ws, m.pauseTransition)
 		ws.mu.Unlock()
-		select {
-		case <-f.done:
-			return f.err
-		case <-ctx.Done():
-			return ctx.Err()
-		}
+		return f.wait(ctx)
 	}
 }
 
@@ -107,50 +107,18 @@ func (m *Manager) Reset(ctx context.Context, key string, named bool) (int64, err
 	ws.epoch++
 	loaded := ws.loaded
 	ws.loaded = true
-	old := ws.sb
+	oldID := ""
+	if ws.sb != nil {
+		oldID = ws.sb.ID
+	}
 	gen := ws.gen
 	ws.lost = nil
 	f := m.startFlight(ws, func(ws *workspace, f *flight, epoch uint64) error {
-		oldID := ""
-		if old != nil {
-			oldID = old.ID
-		}
-		if !loaded {
-			// A workspace this process has not used yet may have a sandbox
-			// recorded by an earlier run: reset that one, and continue its
-			// generations.
-			ctx, cancel := m.callCtx()
-			rec, ok, err := m.store.Get(ctx, ws.key)
-			cancel()
-			if err != nil {
-				return fmt.Errorf("workspace %q: reading the store: %w", ws.key, err)
-			}
-			if ok {
-				gen = max(gen, rec.Generation)
-				if rec.Provider == m.opts.Provider.Name() && rec.SandboxID != "" {
-					oldID = rec.SandboxID
-				}
-			}
-		}
-		if oldID != "" {
-			m.killQuietly(oldID)
-		}
-		ws.mu.Lock()
-		if ws.epoch == epoch {
-			ws.sb, ws.state = nil, ""
-			if ws.cli != nil {
-				ws.cli.Close()
-				ws.cli = nil
-			}
-		}
-		ws.mu.Unlock()
-		return m.create(ws, f, epoch, gen+1, EventReset, nil)
+		return m.reset(ws, f, epoch, oldID, gen, loaded)
 	})
 	ws.mu.Unlock()
-	select {
-	case <-f.done:
-	case <-ctx.Done():
-		return 0, ctx.Err()
+	if err := f.wait(ctx); err != nil {
+		return 0, err
 	}
 	if f.err != nil {
 		return 0, f.err
@@ -160,13 +128,41 @@ func (m *Manager) Reset(ctx context.Context, key string, named bool) (int64, err
 	return ws.gen, nil
 }
 
+// reset is Reset's transition: it kills oldID, the sandbox published at
+// generation gen when the reset began, and creates generation gen+1. A
+// workspace this process had not loaded may have a sandbox recorded by an
+// earlier run: that one is killed instead, and its generations continue.
+func (m *Manager) reset(ws *workspace, f *flight, epoch uint64, oldID string, gen int64, loaded bool) error {
+	if !loaded {
+		ctx, cancel := m.callCtx()
+		rec, ok, err := m.store.Get(ctx, ws.key)
+		cancel()
+		if err != nil {
+			return fmt.Errorf("workspace %q: reading the store: %w", ws.key, err)
+		}
+		if ok {
+			gen = max(gen, rec.Generation)
+			if m.hasOwnSandbox(rec) {
+				oldID = rec.SandboxID
+			}
+		}
+	}
+	if oldID != "" {
+		m.killQuietly(oldID)
+	}
+	ws.mu.Lock()
+	if ws.epoch == epoch {
+		ws.dropSandboxLocked()
+	}
+	ws.mu.Unlock()
+	return m.create(ws, f, epoch, gen+1, EventReset, nil)
+}
+
 // EndSession applies the end-of-session policy to key: a named workspace's
 // sandbox is paused (it survives), an anonymous one is killed and forgotten.
 // A replacement in flight is not published.
 func (m *Manager) EndSession(ctx context.Context, key string) error {
-	m.mu.Lock()
-	ws := m.workspaces[key]
-	m.mu.Unlock()
+	ws := m.lookup(key)
 	if ws == nil {
 		return nil
 	}
@@ -184,21 +180,16 @@ func (m *Manager) destroy(ctx context.Context, ws *workspace) error {
 	ws.mu.Lock()
 	ws.epoch++
 	ws.gone = true
-	if ws.idle != nil {
-		ws.idle.Stop()
-	}
+	ws.stopIdleLocked()
 	f := ws.flight
 	ws.mu.Unlock()
 	if f != nil {
-		select {
-		case <-f.done:
-		case <-ctx.Done():
-			return ctx.Err()
+		if err := f.wait(ctx); err != nil {
+			return err
 		}
 	}
 	ws.mu.Lock()
-	sb, cli := ws.sb, ws.cli
-	ws.sb, ws.cli = nil, nil
+	sb, cli := ws.takeSandboxLocked()
 	ws.mu.Unlock()
 	if cli != nil {
 		cli.Close()

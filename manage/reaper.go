@@ -39,45 +39,18 @@ func (m *Manager) Reap(ctx context.Context) int {
 	n := 0
 	cutoff := time.Now().Add(-m.opts.PausedTTL)
 	for _, rec := range recs {
-		if rec.Provider != m.opts.Provider.Name() || rec.SandboxID == "" || rec.PausedAt.IsZero() || rec.PausedAt.After(cutoff) {
+		if !m.pausedBefore(rec, cutoff) {
 			continue
 		}
-		if rec.State != StatePaused && rec.State != StateStopped {
-			continue
-		}
-		m.mu.Lock()
-		ws := m.workspaces[rec.Key]
-		m.mu.Unlock()
 		var err error
-		if ws == nil {
+		if ws := m.lookup(rec.Key); ws == nil {
 			err = m.reap(rec)
 		} else {
-			// Reap as the workspace's transition, so an operation arriving
-			// meanwhile waits for it and then learns of the loss.
-			ws.mu.Lock()
-			if ws.active > 0 || ws.flight != nil || ws.state == StateRunning {
-				ws.mu.Unlock()
+			f := m.startReap(ws, rec, &err)
+			if f == nil {
 				continue
 			}
-			ws.epoch++
-			f := m.startFlight(ws, func(ws *workspace, _ *flight, epoch uint64) error {
-				err = m.reap(rec)
-				ws.mu.Lock()
-				if ws.epoch == epoch {
-					ws.loaded = false // reload from the store: the loss is reported then
-					ws.sb, ws.state = nil, ""
-					if ws.cli != nil {
-						ws.cli.Close()
-						ws.cli = nil
-					}
-				}
-				ws.mu.Unlock()
-				return nil // a failed reap is the reaper's to log, not the next caller's error
-			})
-			ws.mu.Unlock()
-			select {
-			case <-f.done:
-			case <-ctx.Done():
+			if f.wait(ctx) != nil {
 				return n
 			}
 		}
@@ -90,6 +63,41 @@ func (m *Manager) Reap(ctx context.Context) int {
 		m.log.Info("reaped sandbox paused longer than the TTL", "key", rec.Key, "sandbox", rec.SandboxID, "ttl", m.opts.PausedTTL)
 	}
 	return n
+}
+
+// pausedBefore reports whether rec is a sandbox of this provider that is
+// paused or stopped, and has been since before cutoff.
+func (m *Manager) pausedBefore(rec Record, cutoff time.Time) bool {
+	if !m.hasOwnSandbox(rec) || rec.PausedAt.IsZero() || rec.PausedAt.After(cutoff) {
+		return false
+	}
+	return rec.State == StatePaused || rec.State == StateStopped
+}
+
+// startReap reaps rec's sandbox as ws's transition, so an operation
+// arriving meanwhile waits for it and then learns of the loss (the
+// workspace reloads from the store). The reap's error is left in *reapErr
+// once the flight is done; the flight itself never fails, since a failed
+// reap is the reaper's to log, not the next operation's error. startReap
+// returns nil, reaping nothing, while ws is in use, in transition or
+// running. Called without ws.mu held.
+func (m *Manager) startReap(ws *workspace, rec Record, reapErr *error) *flight {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	if ws.active > 0 || ws.flight != nil || ws.state == StateRunning {
+		return nil
+	}
+	ws.epoch++
+	return m.startFlight(ws, func(ws *workspace, _ *flight, epoch uint64) error {
+		*reapErr = m.reap(rec)
+		ws.mu.Lock()
+		if ws.epoch == epoch {
+			ws.loaded = false // reload from the store: the loss is reported then
+			ws.dropSandboxLocked()
+		}
+		ws.mu.Unlock()
+		return nil
+	})
 }
 
 // reap kills a sandbox paused past the TTL and records it: a named

@@ -1,5 +1,30 @@
 package manage
 
+// confirmLoss is the transition that checks, with one Info call, whether the
+// sandbox behind l is lost after an operation under l failed with cause (an
+// error that could mean a loss). A gone or stopped sandbox is a confirmed
+// loss: replaceLost handles it, and what it returns (a *LostError, or why
+// replacing could not even start) is left in *result once the flight is
+// done. An inconclusive or negative check changes nothing and leaves
+// *result nil; the flight itself never fails, so operations waiting for it
+// carry on.
+func (m *Manager) confirmLoss(l *Lease, cause error, result *error) transition {
+	return func(ws *workspace, f *flight, epoch uint64) error {
+		ctx, cancel := m.callCtx()
+		info, err := m.opts.Provider.Info(ctx, l.Sandbox.ID)
+		cancel()
+		if err != nil {
+			m.log.Warn("could not confirm a suspected sandbox loss; reporting the original error", "key", ws.key, "sandbox", l.Sandbox.ID, "err", err, "suspect", cause)
+			return nil
+		}
+		if info.State != StateGone && info.State != StateStopped {
+			return nil
+		}
+		*result = m.replaceLost(ws, f, epoch, l.Generation, info, cause, neverRan(cause, info.EndedAt, l.acquired))
+		return nil
+	}
+}
+
 // replaceLost handles a confirmed loss of generation gen: with AutoRecreate
 // it publishes a replacement (a restart of a stopped sandbox keeps its
 // files); the returned *LostError reports it either way.
