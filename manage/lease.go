@@ -52,31 +52,32 @@ func (m *Manager) Acquire(ctx context.Context, key string, named bool) (*Lease, 
 			ws.mu.Unlock()
 			return nil, fmt.Errorf("workspace %q was closed", key)
 		}
-		if f := ws.flight; f != nil {
-			ws.mu.Unlock()
-			if err := f.wait(ctx); err != nil {
-				return nil, err
+		f := ws.flight
+		if f == nil {
+			if ws.lost != nil {
+				le := *ws.lost
+				le.NotRun, le.Cause = true, nil
+				ws.mu.Unlock()
+				return nil, &le
 			}
-			events = append(events, f.events...)
-			if f.err != nil && !errors.Is(f.err, errSuperseded) {
-				return nil, f.err
+			next := m.nextTransition(ws)
+			if next == nil {
+				l := m.leaseLocked(ws, events)
+				ws.mu.Unlock()
+				return l, nil
 			}
-			continue
+			// Wait for this very flight: one that ends before the lock is
+			// taken again still reports its error and its events.
+			f = m.startFlight(ws, next)
 		}
-		if ws.lost != nil {
-			le := *ws.lost
-			le.NotRun, le.Cause = true, nil
-			ws.mu.Unlock()
-			return nil, &le
-		}
-		if next := m.nextTransition(ws); next != nil {
-			m.startFlight(ws, next)
-			ws.mu.Unlock()
-			continue
-		}
-		l := m.leaseLocked(ws, events)
 		ws.mu.Unlock()
-		return l, nil
+		if err := f.wait(ctx); err != nil {
+			return nil, err
+		}
+		events = append(events, f.events...)
+		if f.err != nil && !errors.Is(f.err, errSuperseded) {
+			return nil, f.err
+		}
 	}
 }
 
