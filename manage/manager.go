@@ -125,7 +125,7 @@ type workspace struct {
 	cli      *client.Client
 	state    State // of the published sandbox
 	flight   *flight
-	epoch    uint64 // bumped by reset, close and pause: in-flight replacements are then discarded
+	epoch    uint64 // bumped by reset, pause, reap and close: in-flight replacements are then discarded
 	active   int    // leases not yet released
 	idle     *time.Timer
 	warned   int64      // generation whose unisolated warning was delivered
