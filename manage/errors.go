@@ -47,10 +47,20 @@ type LostError struct {
 func (e *LostError) forOperation(cause error, acquired time.Time) *LostError {
 	le := *e
 	le.Cause = cause
-	le.NotRun = client.NotSent(cause) || (!e.endedAt.IsZero() && e.endedAt.Before(acquired))
+	le.NotRun = neverRan(cause, e.endedAt, acquired)
 	return &le
 }
 
+// neverRan reports whether an operation that acquired its lease at acquired
+// and failed with cause certainly never ran in a sandbox that ended at
+// endedAt (zero when unknown): nothing was sent, or the sandbox had ended
+// before the operation began.
+func neverRan(cause error, endedAt, acquired time.Time) bool {
+	return client.NotSent(cause) || (!endedAt.IsZero() && endedAt.Before(acquired))
+}
+
+// Error says what was lost, whether it was replaced, and whether the
+// operation ran.
 func (e *LostError) Error() string {
 	what := fmt.Sprintf("sandbox for workspace %q (generation %d) was lost (%s", e.Key, e.PrevGeneration, e.State)
 	if e.Detail != "" {
@@ -92,6 +102,7 @@ type StaleError struct {
 	Generation int64
 }
 
+// Error names the handle, its generation and the current one.
 func (e *StaleError) Error() string {
 	return fmt.Sprintf("%s belongs to a previous sandbox (generation %d); the workspace is now on generation %d, and processes and runs from before are gone",
 		e.Handle, e.HandleGeneration, e.Generation)

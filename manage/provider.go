@@ -1,9 +1,9 @@
-// Package manage owns sandbox lifecycle: the Provider interface that the
-// local, Docker and E2B back ends implement, and the Manager that maps
-// workspace keys to sandboxes, detects and confirms lost sandboxes, replaces
-// them (once, and never replaying the failed operation), pauses idle ones and
-// resumes them on the next call, and records it all in a Store that outlives
-// the process.
+// Package manage owns sandbox lifecycle: the Provider interface, which a back
+// end implements to make and control sandboxes (package manage/local does,
+// with sandboxes on this host), and the Manager that maps workspace keys to
+// sandboxes, detects and confirms lost sandboxes, replaces them (once, and
+// never replaying the failed operation), pauses idle ones and resumes them on
+// the next call, and records it all in a Store that outlives the process.
 package manage
 
 import (
@@ -21,8 +21,8 @@ const (
 	// StatePaused: frozen with its processes; Resume brings them back.
 	StatePaused State = "paused"
 	// StateStopped: its files exist but nothing runs (a local sandbox after a
-	// server restart, a stopped container); Resume starts it afresh and its
-	// processes from before are gone.
+	// server restart); Resume starts it afresh and its processes from before
+	// are gone.
 	StateStopped State = "stopped"
 	// StateGone: it does not exist any more (killed, expired, deleted).
 	StateGone State = "gone"
@@ -54,8 +54,9 @@ type SandboxConfig struct {
 	Limits Limits
 	// Template is the provider-specific image or template ("" for default).
 	Template string
-	// Lifetime is how long a provider with server-side expiry (E2B) keeps
-	// the sandbox alive without activity; 0 means the provider default.
+	// Lifetime is how long a provider whose sandboxes expire on their own
+	// keeps one alive without activity; 0 means the provider default. The
+	// local provider's sandboxes do not expire, and it ignores Lifetime.
 	Lifetime time.Duration
 }
 
@@ -63,7 +64,7 @@ type SandboxConfig struct {
 type Sandbox struct {
 	// ID is the provider's id (lowercase alphanumeric).
 	ID string
-	// Provider names the provider ("local", "docker", "e2b").
+	// Provider is the name of the provider that made it (Provider.Name).
 	Provider string
 	// State is the lifecycle state.
 	State State
@@ -72,8 +73,8 @@ type Sandbox struct {
 	Detail string
 	// CreatedAt is when the sandbox was created.
 	CreatedAt time.Time
-	// Isolation says how the sandbox is isolated: "bwrap", "none",
-	// "container", "microvm".
+	// Isolation says how the sandbox is isolated, in the provider's words
+	// (the local provider's are "bwrap" and "none").
 	Isolation string
 	// Workdir is the workspace root inside the sandbox ("/workspace").
 	Workdir string
@@ -94,8 +95,9 @@ type Endpoint struct {
 	URL string
 	// AccessToken goes in X-Access-Token when set.
 	AccessToken string
-	// RoutingID and RoutingPort, when set, go in E2b-Sandbox-Id and
-	// E2b-Sandbox-Port (E2B's shared sandbox host).
+	// RoutingID and RoutingPort, when set, go in the E2b-Sandbox-Id and
+	// E2b-Sandbox-Port headers, for a host that serves many sandboxes' envd
+	// behind one address (as E2B's does).
 	RoutingID   string
 	RoutingPort int
 	// User is the user processes run as ("" for envd's default).
@@ -108,7 +110,8 @@ type Endpoint struct {
 // concurrent use. Every method honours ctx; the Manager bounds each call with
 // a timeout, so an implementation must return when ctx ends.
 type Provider interface {
-	// Name returns the provider's name ("local", "docker", "e2b").
+	// Name returns the provider's name ("local" for package manage/local),
+	// which the Store records with each sandbox.
 	Name() string
 	// Create makes a new running sandbox.
 	Create(ctx context.Context, cfg SandboxConfig) (Sandbox, error)

@@ -11,22 +11,30 @@ import (
 
 // Record is what the Store keeps for one workspace key.
 type Record struct {
-	Key        string    `json:"key"`
-	Provider   string    `json:"provider"`
-	SandboxID  string    `json:"sandbox_id"`
-	Generation int64     `json:"generation"`
-	State      State     `json:"state"`
-	Named      bool      `json:"named"`
-	CreatedAt  time.Time `json:"created_at"`
-	UpdatedAt  time.Time `json:"updated_at"`
+	// Key is the workspace key.
+	Key string `json:"key"`
+	// Provider is the name of the provider that made the sandbox.
+	Provider string `json:"provider"`
+	// SandboxID is the provider's id of the workspace's sandbox.
+	SandboxID string `json:"sandbox_id"`
+	// Generation is the sandbox's generation.
+	Generation int64 `json:"generation"`
+	// State is the sandbox's state when the record was written.
+	State State `json:"state"`
+	// Named marks a workspace that survives sessions and restarts.
+	Named bool `json:"named"`
+	// CreatedAt is when the sandbox was created.
+	CreatedAt time.Time `json:"created_at"`
+	// UpdatedAt is when the record was written.
+	UpdatedAt time.Time `json:"updated_at"`
 	// PausedAt is when the sandbox was last paused or stopped (zero while
 	// running); the reaper kills sandboxes paused longer than a TTL.
 	PausedAt time.Time `json:"paused_at,omitzero"`
 }
 
-// Store keeps workspace records beyond the life of the process. The embedded
-// default is boltstore; several server replicas share a Redis store.
-// Implementations must be safe for concurrent use.
+// Store keeps workspace records beyond the life of the process; the server
+// uses package manage/boltstore, a file that several servers on one state
+// directory share. Implementations must be safe for concurrent use.
 type Store interface {
 	// Get returns the record for key; ok is false when there is none.
 	Get(ctx context.Context, key string) (rec Record, ok bool, err error)

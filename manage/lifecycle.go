@@ -1,0 +1,357 @@
+package manage
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/sandbox-mcp/sandbox-mcp/envd/client"
+)
+
+// A workspace changes only through transitions: one at a time, each run as
+// the workspace's flight that operations wait for. A transition runs
+// without ws.mu held, and every change it makes to the workspace is guarded
+// by the epoch it started in: a reset, pause, reap or close bumps the
+// epoch, and a transition that finds it changed publishes nothing (and
+// destroys what it made).
+
+// transition is one lifecycle step, run as a flight; epoch is the
+// workspace's epoch when it started. Events it appends to f reach the
+// operations waiting for it.
+type transition func(ws *workspace, f *flight, epoch uint64) error
+
+// flight is one lifecycle transition in progress; operations wait for it.
+type flight struct {
+	done   chan struct{}
+	err    error
+	events []Event
+}
+
+// errSuperseded ends a transition whose workspace was reset, paused or
+// closed meanwhile; operations waiting for it wait for the next one instead.
+var errSuperseded = errors.New("superseded by a newer change to the workspace")
+
+// changedWhile is the error of a transition that found its workspace
+// changed while it was doing something ("loading", "resuming").
+func changedWhile(key, doing string) error {
+	return fmt.Errorf("workspace %q changed while %s: %w", key, doing, errSuperseded)
+}
+
+// supersededCreation is what a creation returns when its workspace changed
+// before it could publish: the loss it was replacing, marked as not
+// replaced, or errSuperseded.
+func supersededCreation(key string, lost *LostError) error {
+	if lost != nil {
+		lost.ReplaceErr = errors.New("the workspace was reset, paused or closed while the replacement was being made")
+		return lost
+	}
+	return fmt.Errorf("workspace %q was reset or closed while its sandbox was being created: %w", key, errSuperseded)
+}
+
+// startFlight runs fn as the workspace's transition. Called with ws.mu held.
+func (m *Manager) startFlight(ws *workspace, fn transition) *flight {
+	f := &flight{done: make(chan struct{})}
+	ws.flight = f
+	epoch := ws.epoch
+	go func() {
+		err := fn(ws, f, epoch)
+		ws.mu.Lock()
+		f.err = err
+		if ws.flight == f {
+			ws.flight = nil
+		}
+		ws.mu.Unlock()
+		close(f.done)
+	}()
+	return f
+}
+
+// wait waits until the flight is done, or returns ctx.Err() when ctx ends
+// first.
+func (f *flight) wait(ctx context.Context) error {
+	select {
+	case <-f.done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// load consults the store for a workspace this process has not seen: a
+// recorded sandbox is reattached (resumed or restarted when needed); a
+// recorded sandbox that is gone is replaced and reported lost; with no record
+// a sandbox is created.
+func (m *Manager) load(ws *workspace, f *flight, epoch uint64) error {
+	ctx, cancel := m.callCtx()
+	defer cancel()
+	rec, ok, err := m.store.Get(ctx, ws.key)
+	if err != nil {
+		return fmt.Errorf("workspace %q: reading the store: %w", ws.key, err)
+	}
+	if !ok {
+		ws.mu.Lock()
+		if ws.epoch == epoch {
+			ws.loaded = true
+		}
+		ws.mu.Unlock()
+		return m.create(ws, f, epoch, 1, EventCreated, nil)
+	}
+	prov := m.opts.Provider
+	if !m.hasOwnSandbox(rec) || rec.State == StateGone {
+		detail := "recorded as gone"
+		if rec.Provider != prov.Name() {
+			detail = fmt.Sprintf("it was made by the %s provider, and this server runs %s", rec.Provider, prov.Name())
+		}
+		return m.replaceLost(ws, f, epoch, rec.Generation, Sandbox{State: StateGone, Detail: detail}, nil, true)
+	}
+	info, err := prov.Info(ctx, rec.SandboxID)
+	if err != nil {
+		// Inconclusive: never create a second sandbox for a key whose
+		// sandbox may still exist.
+		return fmt.Errorf("workspace %q: cannot learn the state of its sandbox %s: %w", ws.key, rec.SandboxID, err)
+	}
+	switch info.State {
+	case StateGone:
+		return m.replaceLost(ws, f, epoch, rec.Generation, info, nil, true)
+	case StateRunning, StatePaused, StateStopped:
+		ws.mu.Lock()
+		if ws.epoch != epoch {
+			ws.mu.Unlock()
+			return changedWhile(ws.key, "loading")
+		}
+		ws.loaded = true
+		ws.gen = rec.Generation
+		sb := info
+		ws.sb = &sb
+		ws.state = info.State
+		ws.mu.Unlock()
+		if info.State == StateRunning {
+			return m.connect(ws, epoch)
+		}
+		return m.resume(ws, f, epoch)
+	}
+	return fmt.Errorf("workspace %q: provider reported unknown state %q for sandbox %s", ws.key, info.State, rec.SandboxID)
+}
+
+// connect makes the envd client for the published sandbox.
+func (m *Manager) connect(ws *workspace, epoch uint64) error {
+	ws.mu.Lock()
+	if ws.epoch != epoch || ws.sb == nil {
+		ws.mu.Unlock()
+		return changedWhile(ws.key, "connecting")
+	}
+	id := ws.sb.ID
+	ws.mu.Unlock()
+	ctx, cancel := m.callCtx()
+	defer cancel()
+	ep, err := m.opts.Provider.Endpoint(ctx, id)
+	if err != nil {
+		return fmt.Errorf("workspace %q: reaching sandbox %s: %w", ws.key, id, err)
+	}
+	cli, err := m.newClient(ep)
+	if err != nil {
+		return err
+	}
+	ws.mu.Lock()
+	if ws.epoch != epoch {
+		ws.mu.Unlock()
+		cli.Close()
+		return changedWhile(ws.key, "connecting")
+	}
+	ws.setClientLocked(cli)
+	rec := m.record(ws)
+	ws.mu.Unlock()
+	m.save(rec)
+	return nil
+}
+
+// newClient makes an envd client for ep, with the Manager's ClientOptions.
+func (m *Manager) newClient(ep Endpoint) (*client.Client, error) {
+	opts := []client.Option{}
+	if ep.AccessToken != "" {
+		opts = append(opts, client.WithAccessToken(ep.AccessToken))
+	}
+	if ep.RoutingID != "" {
+		opts = append(opts, client.WithSandboxRouting(ep.RoutingID, ep.RoutingPort))
+	}
+	if ep.User != "" {
+		opts = append(opts, client.WithUser(ep.User))
+	}
+	if ep.EnvdVersion != "" {
+		opts = append(opts, client.WithEnvdVersion(ep.EnvdVersion))
+	}
+	opts = append(opts, m.opts.ClientOptions...)
+	return client.New(ep.URL, opts...)
+}
+
+// create makes a new sandbox and publishes it as generation gen. The
+// store's creation lock makes sure two replicas never create two sandboxes
+// for one key. kind is the event delivered to waiting operations; lost,
+// when set, is returned (the caller's operation is reported lost).
+func (m *Manager) create(ws *workspace, f *flight, epoch uint64, gen int64, kind EventKind, lost *LostError) error {
+	lockCtx, cancelLock := context.WithTimeout(context.Background(), m.opts.CreateTimeout)
+	defer cancelLock()
+	unlock, err := m.store.Lock(lockCtx, ws.key)
+	if err != nil {
+		return fmt.Errorf("workspace %q: taking the creation lock: %w", ws.key, err)
+	}
+	defer unlock()
+	ws.mu.Lock()
+	superseded, named := ws.epoch != epoch, ws.named
+	ws.mu.Unlock()
+	if superseded {
+		return supersededCreation(ws.key, lost)
+	}
+	if sb, recGen, ok := m.madeMeanwhile(ws.key, gen); ok {
+		// Another server sharing the store made this workspace's sandbox
+		// while we waited for the lock: use it, make no second one.
+		return m.publish(ws, f, epoch, sb, recGen, kind, lost, false)
+	}
+	cfg := m.opts.Template
+	cfg.Key, cfg.Named = ws.key, named
+	ctx, cancel := context.WithTimeout(context.Background(), m.opts.CreateTimeout)
+	defer cancel()
+	sb, err := m.opts.Provider.Create(ctx, cfg)
+	if err != nil {
+		if lost != nil {
+			// The next operation tries again to create one.
+			lost.ReplaceErr = err
+			ws.mu.Lock()
+			if ws.epoch == epoch {
+				ws.loaded = true
+				ws.dropSandboxLocked()
+			}
+			ws.mu.Unlock()
+			return lost
+		}
+		return fmt.Errorf("workspace %q: creating a sandbox with the %s provider: %w", ws.key, m.opts.Provider.Name(), err)
+	}
+	m.creations.Add(1)
+	return m.publish(ws, f, epoch, sb, gen, kind, lost, true)
+}
+
+// madeMeanwhile reports a live sandbox of this provider that the store
+// records for key at generation gen or later: one another server (sharing
+// the store) made after this one decided to create generation gen. A
+// paused or stopped one is resumed (a stopped one gets the next generation).
+func (m *Manager) madeMeanwhile(key string, gen int64) (Sandbox, int64, bool) {
+	ctx, cancel := m.callCtx()
+	defer cancel()
+	rec, ok, err := m.store.Get(ctx, key)
+	if err != nil || !ok || !m.hasOwnSandbox(rec) || rec.State == StateGone || rec.Generation < gen {
+		return Sandbox{}, 0, false
+	}
+	info, err := m.opts.Provider.Info(ctx, rec.SandboxID)
+	if err != nil || info.State.Terminal() {
+		return Sandbox{}, 0, false
+	}
+	recGen := rec.Generation
+	if info.State != StateRunning {
+		if err := m.opts.Provider.Resume(ctx, rec.SandboxID); err != nil {
+			return Sandbox{}, 0, false
+		}
+		if info.State == StateStopped {
+			recGen++
+		}
+		info.State = StateRunning
+	}
+	return info, recGen, true
+}
+
+// publish makes sb the workspace's sandbox unless the workspace changed
+// (reset, close, pause) since the transition started, in which case sb is
+// destroyed instead when this transition made it (own).
+func (m *Manager) publish(ws *workspace, f *flight, epoch uint64, sb Sandbox, gen int64, kind EventKind, lost *LostError, own bool) error {
+	ctx, cancel := m.callCtx()
+	defer cancel()
+	ep, err := m.opts.Provider.Endpoint(ctx, sb.ID)
+	var cli *client.Client
+	if err == nil {
+		cli, err = m.newClient(ep)
+	}
+	ws.mu.Lock()
+	if ws.epoch != epoch || ws.gone {
+		ws.mu.Unlock()
+		if cli != nil {
+			cli.Close()
+		}
+		if own {
+			m.log.Info("discarding a sandbox made for a workspace that changed meanwhile", "key", ws.key, "sandbox", sb.ID)
+			m.killQuietly(sb.ID)
+		}
+		return supersededCreation(ws.key, lost)
+	}
+	if err != nil {
+		ws.mu.Unlock()
+		if own {
+			m.killQuietly(sb.ID)
+		}
+		return fmt.Errorf("workspace %q: reaching sandbox %s: %w", ws.key, sb.ID, err)
+	}
+	prev := ws.gen
+	ws.setClientLocked(cli)
+	ws.loaded = true
+	ws.gen = gen
+	ws.sb = &sb
+	ws.state = StateRunning
+	ws.lost = nil
+	ev := Event{Kind: kind, PrevGeneration: prev, Generation: gen}
+	if lost != nil {
+		lost.Generation, lost.Replaced = gen, true
+		ev.State, ev.Detail, ev.FilesKept = lost.State, lost.Detail, lost.FilesKept
+		cp := *lost
+		ws.lastLoss = &cp
+	}
+	f.events = append(f.events, ev)
+	rec := m.record(ws)
+	ws.mu.Unlock()
+	m.save(rec)
+	m.log.Info("sandbox ready", "key", ws.key, "sandbox", sb.ID, "generation", gen, "event", kind.String(), "isolation", sb.Isolation)
+	if lost != nil {
+		return lost
+	}
+	return nil
+}
+
+// resume brings a paused or stopped published sandbox back. A stopped
+// sandbox comes back with new processes, so it gets a new generation and
+// handles from before are refused.
+func (m *Manager) resume(ws *workspace, f *flight, epoch uint64) error {
+	ws.mu.Lock()
+	if ws.epoch != epoch || ws.sb == nil {
+		ws.mu.Unlock()
+		return changedWhile(ws.key, "resuming")
+	}
+	id, state, gen := ws.sb.ID, ws.state, ws.gen
+	ws.mu.Unlock()
+	ctx, cancel := m.callCtx()
+	defer cancel()
+	if err := m.opts.Provider.Resume(ctx, id); err != nil {
+		info, ierr := m.opts.Provider.Info(ctx, id)
+		if ierr == nil && info.State.Terminal() {
+			return m.replaceLost(ws, f, epoch, gen, info, err, true)
+		}
+		return fmt.Errorf("workspace %q: resuming sandbox %s: %w", ws.key, id, err)
+	}
+	m.resumes.Add(1)
+	ws.mu.Lock()
+	if ws.epoch != epoch {
+		ws.mu.Unlock()
+		return changedWhile(ws.key, "resuming")
+	}
+	ws.state = StateRunning
+	ev := Event{Kind: EventResumed, PrevGeneration: gen, Generation: gen, FilesKept: true}
+	if state == StateStopped {
+		ws.gen = gen + 1
+		ev.Kind, ev.Generation = EventRestarted, ws.gen
+	}
+	f.events = append(f.events, ev)
+	if ws.cli == nil || state == StateStopped {
+		ws.mu.Unlock()
+		return m.connect(ws, epoch)
+	}
+	rec := m.record(ws)
+	ws.mu.Unlock()
+	m.save(rec)
+	return nil
+}
