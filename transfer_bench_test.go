@@ -40,8 +40,7 @@ var transferSizes = []struct {
 
 // benchText returns size bytes of ASCII text in lines of 40 to 119
 // characters (the last may be shorter), each ending in "\n": the same text
-// for the same size, so that
-// every server gets the same bytes.
+// for the same size, so that every server gets the same bytes.
 func benchText(size int) string {
 	rng := rand.New(rand.NewPCG(1, uint64(size)))
 	var sb strings.Builder
