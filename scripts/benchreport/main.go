@@ -253,9 +253,71 @@ func rows() []row {
 		{what: "client peak RSS, 256 MiB of stdout", m: m("envd/client.BenchmarkStdoutThroughput", "client-peak-MiB-256MiB"), base: p("envd/client.BenchmarkStdoutThroughput", "client-peak-MiB-64MiB"), baseWhat: "client peak RSS, 64 MiB", goal: "independent of output size"},
 		{what: "put_files throughput (8 MiB file)", m: m("tools.BenchmarkPutFiles", "MB/s"), base: p("tools.BenchmarkCopyBaseline", "MB/s"), baseWhat: "cp of the same file on the host"},
 		{what: "read_files throughput (8 MiB file)", m: m("tools.BenchmarkReadFiles", "MB/s"), base: p("tools.BenchmarkCopyBaseline", "MB/s"), baseWhat: "cp of the same file on the host"},
+		{what: "put_files throughput (8 MiB text), built binary over stdio", m: m("main.BenchmarkStdioBinaryPutFiles/8MiB", "MB/s"), base: p("tools.BenchmarkCopyBaseline", "MB/s"), baseWhat: "cp of an 8 MiB file on the host", goal: "≥ 100 MB/s"},
+		{what: "read_files throughput (8 MiB text), built binary over stdio", m: m("main.BenchmarkStdioBinaryReadFiles/8MiB", "MB/s"), base: p("tools.BenchmarkCopyBaseline", "MB/s"), baseWhat: "cp of an 8 MiB file on the host", goal: "≥ 100 MB/s"},
 		{what: "server peak RSS, workspace_exec writing 64 MiB of stdout", m: m("main.BenchmarkServerRSS/64MiB", "server-peak-MiB"), base: p("main.BenchmarkServerRSS/true", "server-peak-MiB"), baseWhat: "after `true`"},
 		{what: "server peak RSS, workspace_exec writing 256 MiB of stdout", m: m("main.BenchmarkServerRSS/256MiB", "server-peak-MiB"), base: p("main.BenchmarkServerRSS/64MiB", "server-peak-MiB"), baseWhat: "after 64 MiB of stdout", goal: "independent of output size"},
 	}
+}
+
+// peerRow is one operation measured through sandbox-mcp and through the
+// peer (Desktop Commander) in the same run, by the same client over stdio.
+type peerRow struct {
+	what       string
+	ours, peer metric
+}
+
+func peerRows() []peerRow {
+	m := func(bench, unit string) metric { return metric{bench, unit} }
+	const ours, peer = "main.BenchmarkStdioBinary", "main.BenchmarkPeer"
+	return []peerRow{
+		{"write 1 MiB of text: put_files / write_file, mean", m(ours+"PutFiles/1MiB", "ns/op"), m(peer+"WriteFile/1MiB", "ns/op")},
+		{"write 8 MiB of text: put_files / write_file, mean", m(ours+"PutFiles/8MiB", "ns/op"), m(peer+"WriteFile/8MiB", "ns/op")},
+		{"read 1 MiB of text: read_files / read_file, mean", m(ours+"ReadFiles/1MiB", "ns/op"), m(peer+"ReadFile/1MiB", "ns/op")},
+		{"read 8 MiB of text: read_files / read_file, mean", m(ours+"ReadFiles/8MiB", "ns/op"), m(peer+"ReadFile/8MiB", "ns/op")},
+		{"`true` round trip: workspace_exec command (bash -lc) / start_process (bash -l -c), p50", m(ours+"Exec/command", "p50-µs"), m(peer+"StartProcessTrue", "p50-µs")},
+		{"`true` round trip: workspace_exec argv / start_process, p50", m(ours+"Exec/argv", "p50-µs"), m(peer+"StartProcessTrue", "p50-µs")},
+	}
+}
+
+// peerCell formats a peer table value: a mean time also shows the
+// benchmark's throughput, when it has one.
+func peerCell(res results, m metric) (float64, string) {
+	v, ok := res.get(m)
+	if !ok {
+		return 0, "not measured"
+	}
+	cell := fmtValue(v, m.unit)
+	if rate, ok := res.get(metric{m.bench, "MB/s"}); ok && m.unit == "ns/op" {
+		cell += fmt.Sprintf(" (%s)", fmtValue(rate, "MB/s"))
+	}
+	return v, cell
+}
+
+// peerReport writes the table of sandbox-mcp against the peer.
+func peerReport(w io.Writer, res results, config map[string]string) {
+	version := config["desktop-commander"]
+	if version == "" {
+		version = "(version not in the raw output)"
+	}
+	fmt.Fprintln(w, "## Against a peer: Desktop Commander")
+	fmt.Fprintln(w)
+	fmt.Fprintf(w, "Desktop Commander %s (npm `@wonderwhy-er/desktop-commander`, pinned in `testdata/peers`) is an MCP server that reads, writes and runs on the host, with no sandbox. "+
+		"Both servers run as processes over stdio and are driven by the same client (mcp-go) in the same run; sandbox-mcp is the built binary with its local bwrap sandbox and `--max-read-bytes 8388608`, so one read_files call returns the 8 MiB file whole. "+
+		"The peer's config sets its read and write line limits above the files' line counts. "+
+		"Ratio: sandbox-mcp's time ÷ the peer's (below 1: sandbox-mcp is faster).\n\n", version)
+	fmt.Fprintln(w, "| operation | sandbox-mcp | Desktop Commander | ratio |")
+	fmt.Fprintln(w, "| --- | --- | --- | --- |")
+	for _, r := range peerRows() {
+		ov, ours := peerCell(res, r.ours)
+		pv, peer := peerCell(res, r.peer)
+		ratio := ""
+		if ov != 0 && pv != 0 {
+			ratio = strconv.FormatFloat(ms(ov, r.ours.unit)/ms(pv, r.peer.unit), 'g', 3, 64) + "×"
+		}
+		tableRow(w, r.what, ours, peer, ratio)
+	}
+	fmt.Fprintln(w)
 }
 
 // machine describes the machine from the configuration lines of the input.
@@ -324,6 +386,7 @@ func report(w io.Writer, res results, config map[string]string, rawPath string) 
 		tableRow(w, r.what, val, base, baseVal, ratioText, r.goal, met)
 	}
 	fmt.Fprintln(w)
+	peerReport(w, res, config)
 	fmt.Fprintln(w, "All benchmarks (medians):")
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "| benchmark | metrics |")

@@ -139,3 +139,50 @@ func TestReport(t *testing.T) {
 		t.Errorf("report lacks %q:\n%s", want, b.String())
 	}
 }
+
+// peerRun is a run with the transfer benchmarks and the peer's, the peer's
+// read of 8 MiB and its `true` missing (a peer benchmark that failed).
+const peerRun = `desktop-commander: 0.2.52
+pkg: github.com/sandbox-mcp/sandbox-mcp
+BenchmarkStdioBinaryPutFiles/8MiB-2   	       5	  80000000 ns/op	 104.86 MB/s	     79000 p50-µs
+BenchmarkStdioBinaryPutFiles/8MiB-2   	       5	  90000000 ns/op	  93.21 MB/s	     89000 p50-µs
+BenchmarkStdioBinaryPutFiles/8MiB-2   	       5	  70000000 ns/op	 119.84 MB/s	     69000 p50-µs
+BenchmarkStdioBinaryReadFiles/8MiB-2  	       5	1000000000 ns/op	   8.39 MB/s	    999000 p50-µs
+BenchmarkStdioBinaryExec/command-2    	     100	   4000000 ns/op	      3500 p50-µs
+BenchmarkPeerWriteFile/8MiB-2         	       5	 320000000 ns/op	  26.21 MB/s	    319000 p50-µs
+BenchmarkPeerReadFile/8MiB-2          	       5	 500000000 ns/op	  16.78 MB/s	    499000 p50-µs
+`
+
+func TestPeerReport(t *testing.T) {
+	res, config, err := parse(strings.NewReader(peerRun))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b bytes.Buffer
+	report(&b, res, config, "")
+	out := b.String()
+	for _, want := range []string{
+		"## Against a peer: Desktop Commander\n",
+		"Desktop Commander 0.2.52 (npm",
+		"| operation | sandbox-mcp | Desktop Commander | ratio |\n",
+		// Medians of three runs: 80 ms and 104.86 MB/s.
+		"| write 8 MiB of text: put_files / write_file, mean | 80.00 ms (105 MB/s) | 320.00 ms (26 MB/s) | 0.25× |\n",
+		"| read 8 MiB of text: read_files / read_file, mean | 1.00 s (8 MB/s) | 500.00 ms (17 MB/s) | 2× |\n",
+		"| write 1 MiB of text: put_files / write_file, mean | not measured | not measured |  |\n",
+		"| `true` round trip: workspace_exec command (bash -lc) / start_process (bash -l -c), p50 | 3.50 ms | not measured |  |\n",
+		// The goal rows of the main table.
+		"| put_files throughput (8 MiB text), built binary over stdio | 105 MB/s | cp of an 8 MiB file on the host | not measured |  | ≥ 100 MB/s | met |\n",
+		"| read_files throughput (8 MiB text), built binary over stdio | 8 MB/s | cp of an 8 MiB file on the host | not measured |  | ≥ 100 MB/s | **missed** |\n",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("report lacks %q:\n%s", want, out)
+		}
+	}
+	// Without the configuration line the version is said to be missing.
+	res, config, _ = parse(strings.NewReader(strings.TrimPrefix(peerRun, "desktop-commander: 0.2.52\n")))
+	b.Reset()
+	report(&b, res, config, "")
+	if want := "Desktop Commander (version not in the raw output) (npm"; !strings.Contains(b.String(), want) {
+		t.Errorf("report lacks %q:\n%s", want, b.String())
+	}
+}
