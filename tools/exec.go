@@ -116,9 +116,7 @@ func WorkspaceExec(d *Deps) Tool {
 			Idempotent:  false,
 			OpenWorld:   d.Config.Network,
 		},
-		run: func(ctx context.Context, c *Call, in *execInput) (*execOutput, error) {
-			return runExec(ctx, d, c, in)
-		},
+		run: runExec,
 	})
 }
 
@@ -198,8 +196,8 @@ func shellQuoteArgs(argv []string) string {
 	return strings.Join(parts, " ")
 }
 
-func runExec(ctx context.Context, d *Deps, c *Call, in *execInput) (*execOutput, error) {
-	plan, err := checkExec(d, in)
+func runExec(ctx context.Context, c *Call, in *execInput) (*execOutput, error) {
+	plan, err := checkExec(c.d, in)
 	if err != nil {
 		return nil, err
 	}
@@ -224,7 +222,7 @@ func runExec(ctx context.Context, d *Deps, c *Call, in *execInput) (*execOutput,
 	}
 	cmd := client.Command{Env: in.Env, Cwd: cwd, Timeout: plan.timeout}
 	if in.Command != "" {
-		sh, err := d.shell.shellFor(ctx, c, lease)
+		sh, err := c.d.shell.shellFor(ctx, c, lease)
 		if err != nil {
 			return nil, err
 		}
@@ -241,18 +239,18 @@ func runExec(ctx context.Context, d *Deps, c *Call, in *execInput) (*execOutput,
 	}
 	if plan.clamped {
 		out.TimeoutClamped = true
-		c.Notice("%s", clampNotice(plan.asked, d.Config.MaxTimeout))
+		c.Notice("%s", clampNotice(plan.asked, c.d.Config.MaxTimeout))
 	}
 	if in.Background {
-		return startBackground(ctx, d, c, lease, r, cmd, plan, out)
+		return startBackground(ctx, c, lease, r, cmd, plan, out)
 	}
-	return runForeground(ctx, d, c, lease, r, cmd, plan, out)
+	return runForeground(ctx, c, lease, r, cmd, plan, out)
 }
 
 // runForeground runs cmd, streaming each output stream into its log while
 // keeping only head and tail in memory, and shapes the result.
-func runForeground(ctx context.Context, d *Deps, c *Call, lease *manage.Lease, r *pathResolver, cmd client.Command, plan *execPlan, out *execOutput) (*execOutput, error) {
-	claim := newRunClaim(d, c.ws.Key, lease.Generation, r.root, lease.Client)
+func runForeground(ctx context.Context, c *Call, lease *manage.Lease, r *pathResolver, cmd client.Command, plan *execPlan, out *execOutput) (*execOutput, error) {
+	claim := newRunClaim(c.d, c.ws.Key, lease.Generation, r.root, lease.Client)
 	cmd.Tag = newProcessTag(tagFg, claim.ID())
 	if plan.in.Stdin != nil {
 		cmd.Stdin = strings.NewReader(*plan.in.Stdin)
@@ -262,8 +260,8 @@ func runForeground(ctx context.Context, d *Deps, c *Call, lease *manage.Lease, r
 		newStreamLog(ctx, lease.Client, claim, stderrLogName),
 	}
 	opts := client.RunOptions{
-		StdoutLimit: d.Config.OutputLimit,
-		StderrLimit: d.Config.OutputLimit,
+		StdoutLimit: c.d.Config.OutputLimit,
+		StderrLimit: c.d.Config.OutputLimit,
 		Stdout:      logs[0],
 		Stderr:      logs[1],
 	}
@@ -275,7 +273,7 @@ func runForeground(ctx context.Context, d *Deps, c *Call, lease *manage.Lease, r
 		stop, done := make(chan struct{}), make(chan struct{})
 		go func() {
 			defer close(done)
-			progressLoop(ctx, c, d.Config.ProgressInterval, meter, stop)
+			progressLoop(ctx, c, c.d.Config.ProgressInterval, meter, stop)
 		}()
 		stopProgress = func() { close(stop); <-done }
 	}
@@ -341,9 +339,9 @@ const backgroundScript = `ln -s "$3" "$2$$" 2>/dev/null; l=$1; shift 3; exec "$@
 
 // startBackground starts cmd detached from the call, its output going to
 // one log, registers it, and returns its handle.
-func startBackground(ctx context.Context, d *Deps, c *Call, lease *manage.Lease, r *pathResolver, cmd client.Command, plan *execPlan, out *execOutput) (*execOutput, error) {
+func startBackground(ctx context.Context, c *Call, lease *manage.Lease, r *pathResolver, cmd client.Command, plan *execPlan, out *execOutput) (*execOutput, error) {
 	started := time.Now()
-	claim := newRunClaim(d, c.ws.Key, lease.Generation, r.root, lease.Client)
+	claim := newRunClaim(c.d, c.ws.Key, lease.Generation, r.root, lease.Client)
 	dir, err := claim.claim(ctx)
 	if err != nil {
 		return nil, c.Check(err)
@@ -372,7 +370,7 @@ func startBackground(ctx context.Context, d *Deps, c *Call, lease *manage.Lease,
 		timeout:   plan.timeout,
 		done:      make(chan struct{}),
 	}
-	d.procs.add(c.ws.Key, e, h)
+	c.d.procs.add(c.ws.Key, e, h)
 	if plan.in.Stdin != nil && *plan.in.Stdin != "" {
 		if err := sendInput(ctx, lease.Client, h.Pid(), []byte(*plan.in.Stdin)); err != nil {
 			if le, ok := manage.IsLost(c.Check(err)); ok {

@@ -282,14 +282,14 @@ func processNotFound(handle string) error {
 // its entry, refusing handles of a previous sandbox. A process the registry
 // does not know (the server restarted) is re-found in the sandbox through
 // the symlink its start left in the runs directory.
-func findProcess(ctx context.Context, d *Deps, c *Call, field, handle string) (*procEntry, *manage.Lease, error) {
+func findProcess(ctx context.Context, c *Call, field, handle string) (*procEntry, *manage.Lease, error) {
 	ref, ok := parseHandle(handle)
 	if !ok {
 		return nil, nil, inputErr(field, "%q is not a process handle; pass the process value workspace_exec returned with background: true (like g1-p42), or see process_list", handle)
 	}
 	// Refuse a handle of a replaced sandbox before touching the current one;
 	// the lease tells again once acquired (it may be newer still).
-	if err := d.Manager.CheckHandle(c.ws.Key, handle, ref.gen); err != nil {
+	if err := c.d.Manager.CheckHandle(c.ws.Key, handle, ref.gen); err != nil {
 		return nil, nil, err
 	}
 	lease, err := c.Sandbox(ctx)
@@ -302,13 +302,13 @@ func findProcess(ctx context.Context, d *Deps, c *Call, field, handle string) (*
 	case ref.gen > lease.Generation:
 		return nil, nil, processNotFound(handle)
 	}
-	e := d.procs.find(c.ws.Key, ref)
+	e := c.d.procs.find(c.ws.Key, ref)
 	if e != nil {
 		if end, ended := e.state(); !ended || !end.lostContact {
 			return e, lease, nil
 		}
 	}
-	found, err := recoverProcess(ctx, d, c, lease, ref, e)
+	found, err := recoverProcess(ctx, c, lease, ref, e)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -320,16 +320,16 @@ func findProcess(ctx context.Context, d *Deps, c *Call, field, handle string) (*
 // re-attached and followed again; an ended one through the symlink its start
 // left in the runs directory, with status unknown. known is the entry being
 // refreshed (its stream broke), if any.
-func recoverProcess(ctx context.Context, d *Deps, c *Call, lease *manage.Lease, ref handleRef, known *procEntry) (*procEntry, error) {
+func recoverProcess(ctx context.Context, c *Call, lease *manage.Lease, ref handleRef, known *procEntry) (*procEntry, error) {
 	live, err := lease.Client.List(ctx)
 	if err != nil {
 		return nil, c.Check(err)
 	}
-	return adoptProcess(ctx, d, c, lease, ref, known, live)
+	return adoptProcess(ctx, c, lease, ref, known, live)
 }
 
 // adoptProcess is recoverProcess with envd's process list at hand.
-func adoptProcess(ctx context.Context, d *Deps, c *Call, lease *manage.Lease, ref handleRef, known *procEntry, live []client.ProcessInfo) (*procEntry, error) {
+func adoptProcess(ctx context.Context, c *Call, lease *manage.Lease, ref handleRef, known *procEntry, live []client.ProcessInfo) (*procEntry, error) {
 	cli := lease.Client
 	runsAbs := path.Join(lease.Sandbox.Workdir, runsDir)
 	gen := lease.Generation
@@ -399,7 +399,7 @@ func adoptProcess(ctx context.Context, d *Deps, c *Call, lease *manage.Lease, re
 		}
 		h, err := cli.Connect(ctx, client.ByPid(pid), client.StartOptions{StdoutLimit: -1, StderrLimit: -1})
 		if err == nil {
-			d.procs.add(c.ws.Key, e, h)
+			c.d.procs.add(c.ws.Key, e, h)
 			return e, nil
 		}
 		if !client.IsNotFound(err) {
@@ -413,8 +413,8 @@ func adoptProcess(ctx context.Context, d *Deps, c *Call, lease *manage.Lease, re
 			detail = end.detail + "; it is no longer running"
 		}
 	}
-	d.procs.add(c.ws.Key, e, nil)
-	d.procs.finish(c.ws.Key, e, procEnd{status: statusUnknown, endedAt: time.Now(), detail: detail})
+	c.d.procs.add(c.ws.Key, e, nil)
+	c.d.procs.finish(c.ws.Key, e, procEnd{status: statusUnknown, endedAt: time.Now(), detail: detail})
 	return e, nil
 }
 
@@ -486,19 +486,17 @@ func ProcessOutput(d *Deps) Tool {
 			"It also reports the status (running, exited, killed) and exit_code, and works after the process ended: its log stays in the workspace.",
 		toolset:     ToolsetProcess,
 		annotations: Annotations{ReadOnly: true, Destructive: false, Idempotent: true, OpenWorld: false},
-		run: func(ctx context.Context, c *Call, in *processOutputInput) (*processOutputOutput, error) {
-			return runProcessOutput(ctx, d, c, in)
-		},
+		run:         runProcessOutput,
 	})
 }
 
-func runProcessOutput(ctx context.Context, d *Deps, c *Call, in *processOutputInput) (*processOutputOutput, error) {
+func runProcessOutput(ctx context.Context, c *Call, in *processOutputInput) (*processOutputOutput, error) {
 	// The schema checks the ranges of offset, wait_sec and max_bytes.
 	limit := int64(in.MaxBytes)
 	if limit == 0 {
 		limit = defaultOutputBytes
 	}
-	e, lease, err := findProcess(ctx, d, c, "process", in.Process)
+	e, lease, err := findProcess(ctx, c, "process", in.Process)
 	if err != nil {
 		return nil, err
 	}
@@ -659,17 +657,15 @@ func ProcessInput(d *Deps) Tool {
 			Idempotent:  false, // the same text twice is read twice
 			OpenWorld:   false,
 		},
-		run: func(ctx context.Context, c *Call, in *processInputInput) (*processInputOutput, error) {
-			return runProcessInput(ctx, d, c, in)
-		},
+		run: runProcessInput,
 	})
 }
 
-func runProcessInput(ctx context.Context, d *Deps, c *Call, in *processInputInput) (*processInputOutput, error) {
+func runProcessInput(ctx context.Context, c *Call, in *processInputInput) (*processInputOutput, error) {
 	if in.Data == "" && !in.Close {
 		return nil, inputErr("data", "nothing to do: give data to write, close: true, or both")
 	}
-	e, lease, err := findProcess(ctx, d, c, "process", in.Process)
+	e, lease, err := findProcess(ctx, c, "process", in.Process)
 	if err != nil {
 		return nil, err
 	}
@@ -695,7 +691,7 @@ func runProcessInput(ctx context.Context, d *Deps, c *Call, in *processInputInpu
 	if in.Data != "" {
 		// A process that does not read its input would hold the call
 		// forever once the pipe is full: bound the wait.
-		inputWait := d.Config.InputWait
+		inputWait := c.d.Config.InputWait
 		wctx, cancel := context.WithTimeout(ctx, inputWait)
 		n, err := sendInputCounted(wctx, lease.Client, e.pid, []byte(in.Data))
 		cancel()
@@ -767,18 +763,16 @@ func ProcessSignal(d *Deps) Tool {
 			"Returns its status and exit_code afterwards. Signalling a process that already ended is not an error: its status is reported.", grace),
 		toolset:     ToolsetProcess,
 		annotations: Annotations{ReadOnly: false, Destructive: true, Idempotent: true, OpenWorld: false},
-		run: func(ctx context.Context, c *Call, in *processSignalInput) (*processSignalOutput, error) {
-			return runProcessSignal(ctx, d, c, in)
-		},
+		run:         runProcessSignal,
 	})
 }
 
-func runProcessSignal(ctx context.Context, d *Deps, c *Call, in *processSignalInput) (*processSignalOutput, error) {
+func runProcessSignal(ctx context.Context, c *Call, in *processSignalInput) (*processSignalOutput, error) {
 	sig, name := client.SIGTERM, "TERM" // the schema allows only TERM and KILL
 	if in.Signal == "KILL" {
 		sig, name = client.SIGKILL, "KILL"
 	}
-	e, lease, err := findProcess(ctx, d, c, "process", in.Process)
+	e, lease, err := findProcess(ctx, c, "process", in.Process)
 	if err != nil {
 		return nil, err
 	}
@@ -818,7 +812,7 @@ func runProcessSignal(ctx context.Context, d *Deps, c *Call, in *processSignalIn
 	}
 	out.AlreadyEnded = !sent
 	// Wait for the end (when nothing was sent, for its report).
-	ended, err := wait(d.Config.SignalGrace)
+	ended, err := wait(c.d.Config.SignalGrace)
 	if err != nil {
 		return nil, err
 	}
@@ -885,13 +879,11 @@ func ProcessList(d *Deps) Tool {
 			"Also lists other processes running in the sandbox (foreground commands in progress, anything else) under others. Use it to find a handle you lost or to check what is still running.",
 		toolset:     ToolsetProcess,
 		annotations: Annotations{ReadOnly: true, Destructive: false, Idempotent: true, OpenWorld: false},
-		run: func(ctx context.Context, c *Call, _ *processListInput) (*processListOutput, error) {
-			return runProcessList(ctx, d, c)
-		},
+		run:         runProcessList,
 	})
 }
 
-func runProcessList(ctx context.Context, d *Deps, c *Call) (*processListOutput, error) {
+func runProcessList(ctx context.Context, c *Call, _ *processListInput) (*processListOutput, error) {
 	lease, err := c.Sandbox(ctx)
 	if err != nil {
 		return nil, err
@@ -902,7 +894,7 @@ func runProcessList(ctx context.Context, d *Deps, c *Call) (*processListOutput, 
 	}
 	out := &processListOutput{Processes: []processInfo{}}
 	known := map[uint32]bool{}
-	for _, e := range d.procs.list(c.ws.Key, lease.Generation) {
+	for _, e := range c.d.procs.list(c.ws.Key, lease.Generation) {
 		if end, ended := e.state(); !ended || !end.lostContact {
 			known[e.pid] = true
 		}
@@ -917,13 +909,13 @@ func runProcessList(ctx context.Context, d *Deps, c *Call) (*processListOutput, 
 			// Started here but not followed (a server restart): follow it again.
 			if run, _ := parseHandle(runID); run.gen == lease.Generation {
 				ref := handleRef{gen: run.gen, pid: p.Pid}
-				e := d.procs.find(c.ws.Key, ref)
+				e := c.d.procs.find(c.ws.Key, ref)
 				if e != nil {
 					if end, ended := e.state(); !ended || !end.lostContact {
 						continue // followed again meanwhile
 					}
 				}
-				if _, err := adoptProcess(ctx, d, c, lease, ref, e, live); err == nil {
+				if _, err := adoptProcess(ctx, c, lease, ref, e, live); err == nil {
 					continue
 				} else if isLost(err) {
 					return nil, err
@@ -949,7 +941,7 @@ func runProcessList(ctx context.Context, d *Deps, c *Call) (*processListOutput, 
 		}
 		out.Others = append(out.Others, o)
 	}
-	for _, e := range d.procs.list(c.ws.Key, lease.Generation) {
+	for _, e := range c.d.procs.list(c.ws.Key, lease.Generation) {
 		end, _ := e.state()
 		info := processInfo{
 			Process:       e.handle,
