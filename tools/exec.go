@@ -2,8 +2,6 @@ package tools
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"path"
 	"strings"
@@ -14,40 +12,6 @@ import (
 	"github.com/sandbox-mcp/sandbox-mcp/envd/client"
 	"github.com/sandbox-mcp/sandbox-mcp/manage"
 )
-
-// Process tags mark what the tools started, so process_list can tell them
-// from everything else envd runs: "smcp:bg:<run_id>:<random>" for a
-// background process, "smcp:fg:<run_id>:<random>" for a foreground run. The
-// random part keeps tags unique across server restarts (the client kills an
-// abandoned run by tag before its pid is known).
-const (
-	tagPrefix  = "smcp:"
-	tagFg      = "fg"
-	tagBg      = "bg"
-	stdinFrame = 32 << 10 // stdin frames, as envd reads them
-)
-
-func newProcessTag(kind, runID string) string {
-	var b [4]byte
-	_, _ = rand.Read(b[:])
-	return tagPrefix + kind + ":" + runID + ":" + hex.EncodeToString(b[:])
-}
-
-// parseProcessTag returns the kind and run id of a tag the tools made.
-func parseProcessTag(tag string) (kind, runID string, ok bool) {
-	rest, ok := strings.CutPrefix(tag, tagPrefix)
-	if !ok {
-		return "", "", false
-	}
-	parts := strings.Split(rest, ":")
-	if len(parts) != 3 || (parts[0] != tagFg && parts[0] != tagBg) {
-		return "", "", false
-	}
-	if ref, ok := parseHandle(parts[1]); !ok || ref.run == 0 {
-		return "", "", false
-	}
-	return parts[0], parts[1], true
-}
 
 // maxTimeoutSec is the largest timeout_sec the schema takes (then clamped to
 // the server's ceiling): anything longer is a mistake, and would overflow a
@@ -357,22 +321,11 @@ func startBackground(ctx context.Context, c *Call, lease *manage.Lease, r *pathR
 	if err != nil {
 		return nil, c.Check(err)
 	}
-	e := &procEntry{
-		handle:    formatProcessHandle(lease.Generation, h.Pid()),
-		gen:       lease.Generation,
-		pid:       h.Pid(),
-		runID:     runID,
-		command:   plan.describe,
-		logAbs:    logAbs,
-		logRel:    r.rel(logAbs),
-		runDirAbs: dir,
-		startedAt: started,
-		timeout:   plan.timeout,
-		done:      make(chan struct{}),
-	}
+	e := newProcEntry(r.root, lease.Generation, h.Pid(), runID)
+	e.command, e.startedAt, e.timeout = plan.describe, started, plan.timeout
 	c.d.procs.add(c.ws.Key, e, h)
 	if plan.in.Stdin != nil && *plan.in.Stdin != "" {
-		if err := sendInput(ctx, lease.Client, h.Pid(), []byte(*plan.in.Stdin)); err != nil {
+		if _, err := sendInput(ctx, lease.Client, h.Pid(), []byte(*plan.in.Stdin)); err != nil {
 			if le, ok := manage.IsLost(c.Check(err)); ok {
 				return nil, le
 			}
@@ -385,25 +338,4 @@ func startBackground(ctx context.Context, c *Call, lease *manage.Lease, r *pathR
 	out.DurationMs = time.Since(started).Milliseconds()
 	out.FullOutput = &fullOutput{Output: e.logRel}
 	return out, nil
-}
-
-// sendInput writes data to pid's stdin in frames of at most stdinFrame.
-func sendInput(ctx context.Context, cli *client.Client, pid uint32, data []byte) error {
-	_, err := sendInputCounted(ctx, cli, pid, data)
-	return err
-}
-
-// sendInputCounted is sendInput that also says how many bytes went in
-// (whole frames) before an error.
-func sendInputCounted(ctx context.Context, cli *client.Client, pid uint32, data []byte) (int, error) {
-	written := 0
-	for len(data) > 0 {
-		n := min(len(data), stdinFrame)
-		if err := cli.SendInput(ctx, client.ByPid(pid), data[:n], false); err != nil {
-			return written, err
-		}
-		written += n
-		data = data[n:]
-	}
-	return written, nil
 }
