@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"path"
 	"strconv"
 	"strings"
@@ -381,30 +380,4 @@ func (m *outputMeter) message(elapsed time.Duration) string {
 		b.WriteString(last)
 	}
 	return b.String()
-}
-
-// progressLoop sends a progress notification every interval until stop is
-// closed: progress is the elapsed time in seconds, strictly increasing. It
-// returns when stopped.
-func progressLoop(ctx context.Context, c *Call, interval time.Duration, meter *outputMeter, stop <-chan struct{}) {
-	start := time.Now()
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	last := 0.0
-	for {
-		select {
-		case <-stop:
-			return
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			elapsed := time.Since(start)
-			p := math.Round(elapsed.Seconds()*10) / 10
-			if p <= last {
-				p = last + 0.1
-			}
-			last = p
-			c.sendProgress(ctx, p, meter.message(elapsed))
-		}
-	}
 }
