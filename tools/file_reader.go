@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"slices"
-	"strings"
 	"unicode/utf8"
 
 	"connectrpc.com/connect"
@@ -88,9 +87,15 @@ func (fr *fileReader) relError(err error) error {
 	return connect.NewError(ce.Code(), errors.New(relText(fr.r.root, ce.Message())))
 }
 
-// budgetNote explains a file left out because the call's cap was used up.
-func (fr *fileReader) budgetNote() string {
-	return fmt.Sprintf("not read: the call's read cap of %d bytes was used by the files before it; read this file in another call", fr.callCap)
+// outOfBudget marks e as left out when the call's cap is used up, and
+// reports whether it was.
+func (fr *fileReader) outOfBudget(e *readFileEntry) bool {
+	if fr.budget > 0 {
+		return false
+	}
+	e.truncateAt(0)
+	e.Note = fmt.Sprintf("not read: the call's read cap of %d bytes was used by the files before it; read this file in another call", fr.callCap)
+	return true
 }
 
 // readRange reads [offset, offset+limit) within the call's budget.
@@ -102,9 +107,7 @@ func (fr *fileReader) readRange(ctx context.Context, e *readFileEntry, real stri
 		}
 		return nil
 	}
-	if fr.budget <= 0 {
-		fr.markTruncated(e, 0)
-		e.Note = fr.budgetNote()
+	if fr.outOfBudget(e) {
 		return nil
 	}
 	want := min(fr.limit, fr.budget, e.Size-e.Offset)
@@ -113,15 +116,12 @@ func (fr *fileReader) readRange(ctx context.Context, e *readFileEntry, real stri
 		return err
 	}
 	e.Size = size
-	atEOF := e.Offset+int64(len(data)) >= size
-	capped := !atEOF && int64(len(data)) == want
+	got := int64(len(data))
+	atEOF := e.Offset+got >= size
 	fr.render(e, data, atEOF, e.Offset == 0 && atEOF)
 	fr.budget -= e.Bytes
-	if e.Offset+e.Bytes < e.Size {
-		fr.markTruncated(e, e.Offset+e.Bytes)
-		if capped {
-			fr.capped++
-		}
+	if continueBytes(e, got, want) {
+		fr.capped++
 	}
 	return nil
 }
@@ -164,18 +164,11 @@ func readRange(ctx context.Context, cli *client.Client, abs string, offset, n in
 	return data, size, nil
 }
 
-func (fr *fileReader) markTruncated(e *readFileEntry, next int64) {
-	e.Truncated = true
-	e.NextOffset = &next
-}
-
 // readLines reads max_lines lines from start_line, streaming past the lines
 // before it (memory stays bounded by the caps whatever the file's size).
 func (fr *fileReader) readLines(ctx context.Context, e *readFileEntry, real string) error {
 	e.StartLine = fr.startLine
-	if fr.budget <= 0 {
-		fr.markTruncated(e, 0)
-		e.Note = fr.budgetNote()
+	if fr.outOfBudget(e) {
 		return nil
 	}
 	dl, err := fr.cli.DownloadRange(ctx, real, 0, -1)
@@ -187,103 +180,28 @@ func (fr *fileReader) readLines(ctx context.Context, e *readFileEntry, real stri
 		e.Size = dl.Size
 	}
 	br := bufio.NewReaderSize(dl, lineReaderBufferLen)
-
-	var off int64
-	line := int64(1)
-	for line < fr.startLine {
-		n, newline, err := skipLine(br)
-		off += n
-		if err == io.EOF {
-			lines := line - 1
-			if n > 0 {
-				lines = line // a last line without a newline
-			}
-			e.Offset = off
-			e.Note = fmt.Sprintf("start_line %d is past the end of the file, which has %d line(s)", fr.startLine, lines)
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		if newline {
-			line++
-		}
+	skipped, lines, err := skipLines(br, fr.startLine-1)
+	if err == io.EOF {
+		e.Offset = skipped
+		e.Note = fmt.Sprintf("start_line %d is past the end of the file, which has %d line(s)", fr.startLine, lines)
+		return nil
 	}
-	e.Offset = off
-
+	if err != nil {
+		return err
+	}
+	e.Offset = skipped
 	capN := min(fr.limit, fr.budget)
-	var buf []byte
-	var lines int64
-	// partial: part of the current line is in buf; cut: a cap cut a line;
-	// full: the cap was reached at a line boundary.
-	partial, eof, cut, full := false, false, false, false
-	for fr.maxLines == 0 || lines < fr.maxLines {
-		chunk, err := br.ReadSlice('\n')
-		if room := capN - int64(len(buf)); int64(len(chunk)) > room {
-			if room > 0 || partial {
-				buf = append(buf, chunk[:room]...)
-				lines++ // the line the cap cut
-				cut = true
-			} else {
-				full = true
-			}
-			break
-		}
-		buf = append(buf, chunk...)
-		switch {
-		case errors.Is(err, bufio.ErrBufferFull):
-			partial = true
-			continue
-		case err == io.EOF:
-			if partial || len(chunk) > 0 {
-				lines++
-			}
-			eof = true
-		case err != nil:
-			return err
-		default:
-			lines++
-			partial = false
-			continue
-		}
-		break
+	t, err := takeLines(br, fr.maxLines, capN)
+	if err != nil {
+		return err
 	}
-	more := !eof
-	if more && !cut {
-		if _, err := br.Peek(1); err == io.EOF {
-			more = false
-		}
-	}
-	fr.render(e, buf, !more, false)
-	e.Lines = lines
+	fr.render(e, t.data, !t.more, false)
+	e.Lines = t.lines
 	fr.budget -= e.Bytes
-	if e.Offset+e.Bytes < e.Size || more {
-		fr.markTruncated(e, e.Offset+e.Bytes)
-		switch {
-		case cut || e.Bytes < int64(len(buf)):
-			fr.capped++
-			e.Note = fmt.Sprintf("a read cap (%d bytes) cut line %d; continue with offset %d", capN, fr.startLine+lines-1, e.Offset+e.Bytes)
-		case full:
-			fr.capped++
-			e.NextLine = fr.startLine + lines
-			e.Note = fmt.Sprintf("the read cap (%d bytes) was reached after %d line(s); continue with start_line %d", capN, lines, e.NextLine)
-		default:
-			e.NextLine = fr.startLine + lines
-		}
+	if continueLines(e, t, capN) {
+		fr.capped++
 	}
 	return nil
-}
-
-// skipLine consumes one line (through its newline, or to the end).
-func skipLine(br *bufio.Reader) (n int64, newline bool, err error) {
-	for {
-		chunk, err := br.ReadSlice('\n')
-		n += int64(len(chunk))
-		if errors.Is(err, bufio.ErrBufferFull) {
-			continue
-		}
-		return n, err == nil, err
-	}
 }
 
 // render stores data in e by the call's encoding. atEOF says data ends at the
@@ -311,11 +229,8 @@ func (fr *fileReader) render(e *readFileEntry, data []byte, atEOF, whole bool) {
 	case fr.encoding == "base64":
 	case fr.encoding == "text":
 		e.Encoding, e.Bytes = "text", int64(len(text))
-		if utf8.Valid(text) {
-			e.Content = string(text)
-		} else {
-			e.Content = strings.ToValidUTF8(string(text), "\uFFFD")
-			e.InvalidUTF8 = true
+		e.Content, e.InvalidUTF8 = validText(text)
+		if e.InvalidUTF8 {
 			fr.c.Notice("%s is not valid UTF-8: invalid bytes were replaced with U+FFFD; read it with encoding base64 for the exact bytes.", e.Path)
 		}
 		return
