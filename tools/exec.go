@@ -229,22 +229,9 @@ func runForeground(ctx context.Context, c *Call, lease *manage.Lease, r *pathRes
 		Stdout:      logs[0],
 		Stderr:      logs[1],
 	}
-	var stopProgress func()
-	if c.progressToken() != nil {
-		// Only a client that asked for progress pays for metering the output.
-		meter := &outputMeter{}
-		opts.Stdout, opts.Stderr = meter.tee(0, logs[0]), meter.tee(1, logs[1])
-		stop, done := make(chan struct{}), make(chan struct{})
-		go func() {
-			defer close(done)
-			progressLoop(ctx, c, c.d.Config.ProgressInterval, meter, stop)
-		}()
-		stopProgress = func() { close(stop); <-done }
-	}
+	stopProgress := startProgress(ctx, c, &opts)
 	res, runErr := lease.Client.Run(ctx, cmd, opts)
-	if stopProgress != nil {
-		stopProgress()
-	}
+	stopProgress()
 	var logPaths [2]string
 	var logErrs [2]error
 	for i, l := range logs {
@@ -259,6 +246,31 @@ func runForeground(ctx context.Context, c *Call, lease *manage.Lease, r *pathRes
 	out.Signal = res.Signal
 	out.TimedOut = res.TimedOut
 	out.DurationMs = res.Duration.Milliseconds()
+	showStreams(c, r, res, logPaths, logErrs, out)
+	return out, nil
+}
+
+// startProgress makes a run report progress while it goes, when the client
+// asked for progress (only then is the output metered): opts' writers are
+// wrapped in a meter. The function it returns stops the reports.
+func startProgress(ctx context.Context, c *Call, opts *client.RunOptions) (stop func()) {
+	if c.progressToken() == nil {
+		return func() {}
+	}
+	meter := &outputMeter{}
+	opts.Stdout, opts.Stderr = meter.tee(0, opts.Stdout), meter.tee(1, opts.Stderr)
+	stopc, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		progressLoop(ctx, c, c.d.Config.ProgressInterval, meter, stopc)
+	}()
+	return func() { close(stopc); <-done }
+}
+
+// showStreams puts a finished run's stdout and stderr into out: inline
+// text, sizes and the logs that hold them whole (logPaths, absolute; an
+// error in logErrs when a log is incomplete), with the notices they need.
+func showStreams(c *Call, r *pathResolver, res *client.Result, logPaths [2]string, logErrs [2]error, out *execOutput) {
 	streams := [2]struct {
 		name string
 		data client.Output
@@ -291,7 +303,6 @@ func runForeground(ctx context.Context, c *Call, lease *manage.Lease, r *pathRes
 	if full.Stdout != "" || full.Stderr != "" {
 		out.FullOutput = full
 	}
-	return out, nil
 }
 
 // backgroundScript runs the user's command with stdout and stderr appended

@@ -76,23 +76,13 @@ func runListFiles(ctx context.Context, c *Call, in *listFilesInput) (*listFilesO
 		maxEntries = defaultListEntries
 	}
 	var g *globPattern
-	depth := in.Depth
 	if in.Glob != "" {
 		var err error
 		if g, err = compileGlob("glob", in.Glob); err != nil {
 			return nil, err
 		}
-		if depth == 0 {
-			if _, d := g.base(); d < 0 {
-				depth = maxListDepth
-			} else {
-				depth = min(len(g.segs), maxListDepth)
-			}
-		}
 	}
-	if depth == 0 {
-		depth = defaultListDepth
-	}
+	depth := listDepth(in.Depth, g)
 	p := in.Path
 	if p == "" {
 		p = "."
@@ -142,6 +132,21 @@ func runListFiles(ctx context.Context, c *Call, in *listFilesInput) (*listFilesO
 		c.Notice("list_files shows %d of %d matching entries (max_entries %d); narrow the listing with path, depth or glob.", len(out.Entries), out.Total, maxEntries)
 	}
 	return out, nil
+}
+
+// listDepth is how deep list_files lists: depth when given, else as deep
+// as the glob g reaches (maxListDepth for **), else defaultListDepth.
+func listDepth(depth int, g *globPattern) int {
+	switch {
+	case depth != 0:
+		return depth
+	case g == nil:
+		return defaultListDepth
+	}
+	if _, d := g.base(); d < 0 {
+		return maxListDepth
+	}
+	return min(len(g.segs), maxListDepth)
 }
 
 // entryOut renders an envd entry for the model.

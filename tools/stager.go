@@ -67,28 +67,9 @@ func (s *stager) stageTree(ctx context.Context, p stagePlan) (stagedInput, error
 		return stagedInput{}, inputErr(toField, "the workspace root cannot be replaced by a file; give a file path")
 	}
 	fresh := toType == client.TypeUnknown
-	items := make([]uploadItem, len(t.files))
-	var total int64
-	for i, f := range t.files {
-		shownAbs, dest := toAbs, toReal
-		if f.rel != "" {
-			shownAbs = path.Join(toAbs, f.rel)
-			dest = path.Join(toReal, f.rel)
-			if !fresh {
-				// Symlinks may exist in the tree below an existing destination.
-				res, err := s.r.resolve(ctx, toField, s.r.rel(shownAbs))
-				if err != nil {
-					return stagedInput{}, err
-				}
-				dest = res.real
-			}
-		}
-		items[i] = uploadItem{
-			dest: dest, shown: s.r.rel(shownAbs), field: toField,
-			open: func() (io.ReadCloser, error) { return t.open(f) },
-			mode: f.mode, hasMode: true,
-		}
-		total += f.size
+	items, total, err := s.treeItems(ctx, t, toField, toAbs, toReal, fresh)
+	if err != nil {
+		return stagedInput{}, err
 	}
 	if len(items) > 0 {
 		batch := &uploadBatch{c: s.c, r: s.r, items: items, fresh: fresh,
@@ -103,17 +84,55 @@ func (s *stager) stageTree(ctx context.Context, p stagePlan) (stagedInput, error
 		}
 	}
 	if t.isDir {
-		dirs := t.emptyDirs()
-		if len(t.files) == 0 {
-			dirs = append([]string{"."}, dirs...)
-		}
-		for _, d := range dirs {
-			if _, err := s.cli.MakeDir(ctx, path.Join(toReal, d)); err != nil {
-				return stagedInput{}, s.c.Check(err)
-			}
+		if err := s.makeTreeDirs(ctx, t, toReal); err != nil {
+			return stagedInput{}, err
 		}
 	}
 	return stagedInput{From: p.spec.From, To: s.r.rel(toAbs), Mode: "copy", Files: len(items), Bytes: total}, nil
+}
+
+// treeItems plans the upload of t's files to toAbs (shown) and toReal
+// (written), and returns their total size as scanned. Below a destination
+// that exists (not fresh) each path is resolved, as symlinks may be there.
+func (s *stager) treeItems(ctx context.Context, t *hostTree, toField, toAbs, toReal string, fresh bool) ([]uploadItem, int64, error) {
+	items := make([]uploadItem, len(t.files))
+	var total int64
+	for i, f := range t.files {
+		shownAbs, dest := toAbs, toReal
+		if f.rel != "" {
+			shownAbs = path.Join(toAbs, f.rel)
+			dest = path.Join(toReal, f.rel)
+			if !fresh {
+				res, err := s.r.resolve(ctx, toField, s.r.rel(shownAbs))
+				if err != nil {
+					return nil, 0, err
+				}
+				dest = res.real
+			}
+		}
+		items[i] = uploadItem{
+			dest: dest, shown: s.r.rel(shownAbs), field: toField,
+			open: func() (io.ReadCloser, error) { return t.open(f) },
+			mode: f.mode, hasMode: true,
+		}
+		total += f.size
+	}
+	return items, total, nil
+}
+
+// makeTreeDirs creates the empty directories of the directory tree t below
+// toReal, and toReal itself when t holds no file.
+func (s *stager) makeTreeDirs(ctx context.Context, t *hostTree, toReal string) error {
+	dirs := t.emptyDirs()
+	if len(t.files) == 0 {
+		dirs = append([]string{"."}, dirs...)
+	}
+	for _, d := range dirs {
+		if _, err := s.cli.MakeDir(ctx, path.Join(toReal, d)); err != nil {
+			return s.c.Check(err)
+		}
+	}
+	return nil
 }
 
 // stageWorkspace copies or links a path inside the workspace.
@@ -157,40 +176,15 @@ func (s *stager) stageWorkspace(ctx context.Context, p stagePlan) (stagedInput, 
 		if toType == client.TypeDir {
 			toAbs, toReal = path.Join(toAbs, path.Base(srcAbs)), path.Join(toReal, path.Base(srcAbs))
 		}
-		// Copy beside the destination, then rename: atomic for a file.
-		tmp := tempName(toReal, tmpMarker)
-		if err := s.ensureDir(ctx, path.Dir(toReal)); err != nil {
+		if res.Bytes, err = s.copyFile(ctx, p.field, srcReal, toReal); err != nil {
 			return stagedInput{}, err
 		}
-		if err := s.command(ctx, p.field, "cp", "-a", "--", srcReal, tmp); err != nil {
-			removeQuietly(s.c, s.cli, tmp)
-			return stagedInput{}, err
-		}
-		moved, err := s.cli.Move(ctx, tmp, toReal)
-		if err != nil {
-			removeQuietly(s.c, s.cli, tmp)
-			return stagedInput{}, s.c.Check(err)
-		}
-		res.Files, res.Bytes = 1, moved.Size
+		res.Files = 1
 	case client.TypeDir:
 		if toType != client.TypeUnknown && toType != client.TypeDir {
 			return stagedInput{}, inputErr(toField, "%q exists and is not a directory; give another destination for the directory %s", p.to, p.spec.From)
 		}
-		entries, err := s.cli.ListDir(ctx, srcReal, workspaceCopyListDepth)
-		if err != nil {
-			return stagedInput{}, s.c.Check(err)
-		}
-		for _, e := range entries {
-			if e.Type == client.TypeFile {
-				res.Files++
-				res.Bytes += e.Size
-			}
-		}
-		if err := s.ensureDir(ctx, path.Dir(toReal)); err != nil {
-			return stagedInput{}, err
-		}
-		// -T: the destination is the directory itself, merged into when it exists.
-		if err := s.command(ctx, p.field, "cp", "-a", "-T", "--", srcReal, toReal); err != nil {
+		if res.Files, res.Bytes, err = s.copyDir(ctx, p.field, srcReal, toReal); err != nil {
 			return stagedInput{}, err
 		}
 	default:
@@ -198,6 +192,48 @@ func (s *stager) stageWorkspace(ctx context.Context, p stagePlan) (stagedInput, 
 	}
 	res.To = s.r.rel(toAbs)
 	return res, nil
+}
+
+// copyFile copies the workspace file srcReal to toReal, beside it first and
+// then renamed into place (atomic for a file), and returns its size.
+func (s *stager) copyFile(ctx context.Context, field, srcReal, toReal string) (int64, error) {
+	tmp := tempName(toReal, tmpMarker)
+	if err := s.ensureDir(ctx, path.Dir(toReal)); err != nil {
+		return 0, err
+	}
+	if err := s.command(ctx, field, "cp", "-a", "--", srcReal, tmp); err != nil {
+		removeQuietly(s.c, s.cli, tmp)
+		return 0, err
+	}
+	moved, err := s.cli.Move(ctx, tmp, toReal)
+	if err != nil {
+		removeQuietly(s.c, s.cli, tmp)
+		return 0, s.c.Check(err)
+	}
+	return moved.Size, nil
+}
+
+// copyDir copies the workspace directory srcReal to toReal, merging into it
+// when it exists, and returns the regular files and bytes it holds.
+func (s *stager) copyDir(ctx context.Context, field, srcReal, toReal string) (files int, bytes int64, err error) {
+	entries, err := s.cli.ListDir(ctx, srcReal, workspaceCopyListDepth)
+	if err != nil {
+		return 0, 0, s.c.Check(err)
+	}
+	for _, e := range entries {
+		if e.Type == client.TypeFile {
+			files++
+			bytes += e.Size
+		}
+	}
+	if err := s.ensureDir(ctx, path.Dir(toReal)); err != nil {
+		return 0, 0, err
+	}
+	// -T: the destination is the directory itself, merged into when it exists.
+	if err := s.command(ctx, field, "cp", "-a", "-T", "--", srcReal, toReal); err != nil {
+		return 0, 0, err
+	}
+	return files, bytes, nil
 }
 
 // link makes toAbs a relative symlink to srcAbs.
