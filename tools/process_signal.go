@@ -71,25 +71,13 @@ func runProcessSignal(ctx context.Context, c *Call, in *processSignalInput) (*pr
 		out.Sent = append(out.Sent, name)
 		return true, nil
 	}
-	wait := func(d time.Duration) (bool, error) {
-		t := time.NewTimer(d)
-		defer t.Stop()
-		select {
-		case <-e.done:
-			return true, nil
-		case <-t.C:
-			return false, nil
-		case <-ctx.Done():
-			return false, ctx.Err()
-		}
-	}
 	sent, err := send(sig, name)
 	if err != nil {
 		return nil, err
 	}
 	out.AlreadyEnded = !sent
 	// Wait for the end (when nothing was sent, for its report).
-	ended, err := wait(c.d.Config.SignalGrace)
+	ended, err := waitEnd(ctx, e, c.d.Config.SignalGrace)
 	if err != nil {
 		return nil, err
 	}
@@ -103,7 +91,7 @@ func runProcessSignal(ctx context.Context, c *Call, in *processSignalInput) (*pr
 				return nil, err
 			}
 		}
-		if ended, err = wait(killWait); err != nil {
+		if ended, err = waitEnd(ctx, e, killWait); err != nil {
 			return nil, err
 		}
 		if !ended {
@@ -113,4 +101,19 @@ func runProcessSignal(ctx context.Context, c *Call, in *processSignalInput) (*pr
 	end, _ := e.state()
 	out.processStatus = statusOf(end)
 	return out, nil
+}
+
+// waitEnd waits up to d for the registry to see e end, and reports whether
+// it did.
+func waitEnd(ctx context.Context, e *procEntry, d time.Duration) (bool, error) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-e.done:
+		return true, nil
+	case <-t.C:
+		return false, nil
+	case <-ctx.Done():
+		return false, ctx.Err()
+	}
 }
