@@ -8,8 +8,6 @@ import (
 	"time"
 
 	"github.com/mark3labs/mcp-go/mcp"
-
-	envdclient "github.com/sandbox-mcp/sandbox-mcp/envd/client"
 )
 
 // startBackground starts a background command and returns its result.
@@ -403,14 +401,7 @@ func TestProcessSignalAfterUnreportedEnd(t *testing.T) {
 		t.Fatal("the background process is not registered")
 	}
 	// End it behind the tools' back and let its follower see the end.
-	if err := h.lease().Client.SendSignal(context.Background(), envdclient.ByPid(bg.Pid), envdclient.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-e.done:
-	case <-time.After(30 * time.Second):
-		t.Fatal("the follower did not see the process end")
-	}
+	h.killBehindTheTools(bg.Pid, e)
 	// The registry has not heard of the end: an entry for the same process
 	// that no follower reports on.
 	unreported := &procEntry{handle: e.handle, gen: e.gen, pid: e.pid, runID: e.runID, command: e.command,

@@ -1,12 +1,8 @@
 package tools
 
 import (
-	"context"
 	"strings"
 	"testing"
-	"time"
-
-	envdclient "github.com/sandbox-mcp/sandbox-mcp/envd/client"
 )
 
 func TestProcessHandleStaleAfterRecreation(t *testing.T) {
@@ -227,14 +223,7 @@ func TestEndSessionForgetsWorkspace(t *testing.T) {
 
 	// The process ends after the session did: its follower records the end
 	// in the entry only.
-	if err := h.lease().Client.SendSignal(context.Background(), envdclient.ByPid(bg.Pid), envdclient.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-e.done:
-	case <-time.After(30 * time.Second):
-		t.Fatal("the follower did not see the process end")
-	}
+	h.killBehindTheTools(bg.Pid, e)
 	h.deps.procs.mu.Lock()
 	spaces := len(h.deps.procs.spaces)
 	h.deps.procs.mu.Unlock()
