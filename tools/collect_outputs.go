@@ -326,6 +326,7 @@ type boundedBuffer struct {
 	over  bool
 }
 
+// Write keeps p while the buffer stays within its limit; it never fails.
 func (b *boundedBuffer) Write(p []byte) (int, error) {
 	if !b.over {
 		if int64(b.buf.Len()+len(p)) > b.limit {

@@ -282,6 +282,7 @@ func (m *outputMeter) tee(i int, next io.Writer) io.Writer {
 
 type writerFunc func(p []byte) (int, error)
 
+// Write calls f.
 func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
 
 func (m *outputMeter) observe(i int, p []byte) {
