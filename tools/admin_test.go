@@ -77,9 +77,10 @@ func TestWorkspaceReset(t *testing.T) {
 	}
 }
 
-// Every tool of this file set reports a lost sandbox with the recreation
-// notice (and runs nothing), so the model re-checks its environment.
-func TestH6ToolsReportLostSandbox(t *testing.T) {
+// Every file, transfer and admin tool reports a lost sandbox with the
+// recreation notice (and runs nothing), so the model re-checks its
+// environment.
+func TestFileToolsReportLostSandbox(t *testing.T) {
 	calls := []struct {
 		tool string
 		args map[string]any

@@ -2,12 +2,9 @@ package tools
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"path"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/invopop/jsonschema"
@@ -16,103 +13,10 @@ import (
 	"github.com/sandbox-mcp/sandbox-mcp/manage"
 )
 
-// Process tags mark what the tools started, so process_list can tell them
-// from everything else envd runs: "smcp:bg:<run_id>:<random>" for a
-// background process, "smcp:fg:<run_id>:<random>" for a foreground run. The
-// random part keeps tags unique across server restarts (the client kills an
-// abandoned run by tag before its pid is known).
-const (
-	tagPrefix  = "smcp:"
-	tagFg      = "fg"
-	tagBg      = "bg"
-	stdinFrame = 32 << 10 // stdin frames, as envd reads them
-)
-
-func newProcessTag(kind, runID string) string {
-	var b [4]byte
-	_, _ = rand.Read(b[:])
-	return tagPrefix + kind + ":" + runID + ":" + hex.EncodeToString(b[:])
-}
-
-// parseProcessTag returns the kind and run id of a tag the tools made.
-func parseProcessTag(tag string) (kind, runID string, ok bool) {
-	rest, ok := strings.CutPrefix(tag, tagPrefix)
-	if !ok {
-		return "", "", false
-	}
-	parts := strings.Split(rest, ":")
-	if len(parts) != 3 || (parts[0] != tagFg && parts[0] != tagBg) {
-		return "", "", false
-	}
-	if ref, ok := parseHandle(parts[1]); !ok || ref.run == 0 {
-		return "", "", false
-	}
-	return parts[0], parts[1], true
-}
-
 // maxTimeoutSec is the largest timeout_sec the schema takes (then clamped to
 // the server's ceiling): anything longer is a mistake, and would overflow a
 // time.Duration.
 const maxTimeoutSec = 366 * 24 * 3600
-
-// maxShellCache bounds shellCache; past it the cache starts over (a probe per
-// sandbox is cheap, an unbounded map in a long-lived server is not).
-const maxShellCache = 4096
-
-// shellCache remembers, per sandbox id, which shell runs command strings:
-// bash (as a login shell, so profiles set PATH as a user expects) where the
-// sandbox has it, else sh. It is safe for concurrent use; the zero value is
-// ready.
-type shellCache struct {
-	mu     sync.Mutex
-	shells map[string]string
-}
-
-// shellFor returns the shell of the lease's sandbox, detecting it on first
-// use: a Stat of /bin/bash, and, when that is refused (a daemon confined to
-// the workspace cannot stat system files), a probe that runs bash.
-func (s *shellCache) shellFor(ctx context.Context, c *Call, l *manage.Lease) (string, error) {
-	s.mu.Lock()
-	sh, ok := s.shells[l.Sandbox.ID]
-	s.mu.Unlock()
-	if ok {
-		return sh, nil
-	}
-	sh, err := detectShell(ctx, l.Client)
-	if err != nil {
-		return "", c.Check(err)
-	}
-	s.mu.Lock()
-	if s.shells == nil || len(s.shells) >= maxShellCache {
-		s.shells = map[string]string{}
-	}
-	s.shells[l.Sandbox.ID] = sh
-	s.mu.Unlock()
-	return sh, nil
-}
-
-func detectShell(ctx context.Context, cli *client.Client) (string, error) {
-	e, err := cli.Stat(ctx, "/bin/bash")
-	switch {
-	case err == nil && e.Type != client.TypeDir:
-		return "/bin/bash", nil
-	case client.IsNotFound(err):
-		return "/bin/sh", nil
-	case err != nil && client.IsPossibleLoss(err):
-		return "", err
-	}
-	res, err := cli.Run(ctx, client.Command{Cmd: "bash", Args: []string{"-c", ":"}, Timeout: 30 * time.Second},
-		client.RunOptions{StdoutLimit: -1, StderrLimit: -1})
-	switch {
-	case client.IsNotFound(err):
-		return "/bin/sh", nil
-	case err != nil:
-		return "", err
-	case res.ExitCode != 0:
-		return "/bin/sh", nil
-	}
-	return "bash", nil
-}
 
 // execInput is workspace_exec's arguments.
 type execInput struct {
@@ -176,9 +80,7 @@ func WorkspaceExec(d *Deps) Tool {
 			Idempotent:  false,
 			OpenWorld:   d.Config.Network,
 		},
-		run: func(ctx context.Context, c *Call, in *execInput) (*execOutput, error) {
-			return runExec(ctx, d, c, in)
-		},
+		run: runExec,
 	})
 }
 
@@ -258,8 +160,8 @@ func shellQuoteArgs(argv []string) string {
 	return strings.Join(parts, " ")
 }
 
-func runExec(ctx context.Context, d *Deps, c *Call, in *execInput) (*execOutput, error) {
-	plan, err := checkExec(d, in)
+func runExec(ctx context.Context, c *Call, in *execInput) (*execOutput, error) {
+	plan, err := checkExec(c.d, in)
 	if err != nil {
 		return nil, err
 	}
@@ -284,7 +186,7 @@ func runExec(ctx context.Context, d *Deps, c *Call, in *execInput) (*execOutput,
 	}
 	cmd := client.Command{Env: in.Env, Cwd: cwd, Timeout: plan.timeout}
 	if in.Command != "" {
-		sh, err := d.shell.shellFor(ctx, c, lease)
+		sh, err := c.d.shell.shellFor(ctx, c, lease)
 		if err != nil {
 			return nil, err
 		}
@@ -301,18 +203,18 @@ func runExec(ctx context.Context, d *Deps, c *Call, in *execInput) (*execOutput,
 	}
 	if plan.clamped {
 		out.TimeoutClamped = true
-		c.Notice("%s", clampNotice(plan.asked, d.Config.MaxTimeout))
+		c.Notice("%s", clampNotice(plan.asked, c.d.Config.MaxTimeout))
 	}
 	if in.Background {
-		return startBackground(ctx, d, c, lease, r, cmd, plan, out)
+		return startBackground(ctx, c, lease, r, cmd, plan, out)
 	}
-	return runForeground(ctx, d, c, lease, r, cmd, plan, out)
+	return runForeground(ctx, c, lease, r, cmd, plan, out)
 }
 
 // runForeground runs cmd, streaming each output stream into its log while
 // keeping only head and tail in memory, and shapes the result.
-func runForeground(ctx context.Context, d *Deps, c *Call, lease *manage.Lease, r *pathResolver, cmd client.Command, plan *execPlan, out *execOutput) (*execOutput, error) {
-	claim := newRunClaim(d, c.ws.Key, lease.Generation, r.root, lease.Client)
+func runForeground(ctx context.Context, c *Call, lease *manage.Lease, r *pathResolver, cmd client.Command, plan *execPlan, out *execOutput) (*execOutput, error) {
+	claim := newRunClaim(c.d, c.ws.Key, lease.Generation, r.root, lease.Client)
 	cmd.Tag = newProcessTag(tagFg, claim.ID())
 	if plan.in.Stdin != nil {
 		cmd.Stdin = strings.NewReader(*plan.in.Stdin)
@@ -322,27 +224,14 @@ func runForeground(ctx context.Context, d *Deps, c *Call, lease *manage.Lease, r
 		newStreamLog(ctx, lease.Client, claim, stderrLogName),
 	}
 	opts := client.RunOptions{
-		StdoutLimit: d.Config.OutputLimit,
-		StderrLimit: d.Config.OutputLimit,
+		StdoutLimit: c.d.Config.OutputLimit,
+		StderrLimit: c.d.Config.OutputLimit,
 		Stdout:      logs[0],
 		Stderr:      logs[1],
 	}
-	var stopProgress func()
-	if c.progressToken() != nil {
-		// Only a client that asked for progress pays for metering the output.
-		meter := &outputMeter{}
-		opts.Stdout, opts.Stderr = meter.tee(0, logs[0]), meter.tee(1, logs[1])
-		stop, done := make(chan struct{}), make(chan struct{})
-		go func() {
-			defer close(done)
-			progressLoop(ctx, c, d.Config.ProgressInterval, meter, stop)
-		}()
-		stopProgress = func() { close(stop); <-done }
-	}
+	stopProgress := startProgress(ctx, c, &opts)
 	res, runErr := lease.Client.Run(ctx, cmd, opts)
-	if stopProgress != nil {
-		stopProgress()
-	}
+	stopProgress()
 	var logPaths [2]string
 	var logErrs [2]error
 	for i, l := range logs {
@@ -357,6 +246,31 @@ func runForeground(ctx context.Context, d *Deps, c *Call, lease *manage.Lease, r
 	out.Signal = res.Signal
 	out.TimedOut = res.TimedOut
 	out.DurationMs = res.Duration.Milliseconds()
+	showStreams(c, r, res, logPaths, logErrs, out)
+	return out, nil
+}
+
+// startProgress makes a run report progress while it goes, when the client
+// asked for progress (only then is the output metered): opts' writers are
+// wrapped in a meter. The function it returns stops the reports.
+func startProgress(ctx context.Context, c *Call, opts *client.RunOptions) (stop func()) {
+	if c.progressToken() == nil {
+		return func() {}
+	}
+	meter := &outputMeter{}
+	opts.Stdout, opts.Stderr = meter.tee(0, opts.Stdout), meter.tee(1, opts.Stderr)
+	stopc, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		progressLoop(ctx, c, c.d.Config.ProgressInterval, meter, stopc)
+	}()
+	return func() { close(stopc); <-done }
+}
+
+// showStreams puts a finished run's stdout and stderr into out: inline
+// text, sizes and the logs that hold them whole (logPaths, absolute; an
+// error in logErrs when a log is incomplete), with the notices they need.
+func showStreams(c *Call, r *pathResolver, res *client.Result, logPaths [2]string, logErrs [2]error, out *execOutput) {
 	streams := [2]struct {
 		name string
 		data client.Output
@@ -389,7 +303,6 @@ func runForeground(ctx context.Context, d *Deps, c *Call, lease *manage.Lease, r
 	if full.Stdout != "" || full.Stderr != "" {
 		out.FullOutput = full
 	}
-	return out, nil
 }
 
 // backgroundScript runs the user's command with stdout and stderr appended
@@ -401,9 +314,9 @@ const backgroundScript = `ln -s "$3" "$2$$" 2>/dev/null; l=$1; shift 3; exec "$@
 
 // startBackground starts cmd detached from the call, its output going to
 // one log, registers it, and returns its handle.
-func startBackground(ctx context.Context, d *Deps, c *Call, lease *manage.Lease, r *pathResolver, cmd client.Command, plan *execPlan, out *execOutput) (*execOutput, error) {
+func startBackground(ctx context.Context, c *Call, lease *manage.Lease, r *pathResolver, cmd client.Command, plan *execPlan, out *execOutput) (*execOutput, error) {
 	started := time.Now()
-	claim := newRunClaim(d, c.ws.Key, lease.Generation, r.root, lease.Client)
+	claim := newRunClaim(c.d, c.ws.Key, lease.Generation, r.root, lease.Client)
 	dir, err := claim.claim(ctx)
 	if err != nil {
 		return nil, c.Check(err)
@@ -419,22 +332,11 @@ func startBackground(ctx context.Context, d *Deps, c *Call, lease *manage.Lease,
 	if err != nil {
 		return nil, c.Check(err)
 	}
-	e := &procEntry{
-		handle:    formatProcessHandle(lease.Generation, h.Pid()),
-		gen:       lease.Generation,
-		pid:       h.Pid(),
-		runID:     runID,
-		command:   plan.describe,
-		logAbs:    logAbs,
-		logRel:    r.rel(logAbs),
-		runDirAbs: dir,
-		startedAt: started,
-		timeout:   plan.timeout,
-		done:      make(chan struct{}),
-	}
-	d.procs.add(c.ws.Key, e, h)
+	e := newProcEntry(r.root, lease.Generation, h.Pid(), runID)
+	e.command, e.startedAt, e.timeout = plan.describe, started, plan.timeout
+	c.d.procs.add(c.ws.Key, e, h)
 	if plan.in.Stdin != nil && *plan.in.Stdin != "" {
-		if err := sendInput(ctx, lease.Client, h.Pid(), []byte(*plan.in.Stdin)); err != nil {
+		if _, err := sendInput(ctx, lease.Client, h.Pid(), []byte(*plan.in.Stdin)); err != nil {
 			if le, ok := manage.IsLost(c.Check(err)); ok {
 				return nil, le
 			}
@@ -447,25 +349,4 @@ func startBackground(ctx context.Context, d *Deps, c *Call, lease *manage.Lease,
 	out.DurationMs = time.Since(started).Milliseconds()
 	out.FullOutput = &fullOutput{Output: e.logRel}
 	return out, nil
-}
-
-// sendInput writes data to pid's stdin in frames of at most stdinFrame.
-func sendInput(ctx context.Context, cli *client.Client, pid uint32, data []byte) error {
-	_, err := sendInputCounted(ctx, cli, pid, data)
-	return err
-}
-
-// sendInputCounted is sendInput that also says how many bytes went in
-// (whole frames) before an error.
-func sendInputCounted(ctx context.Context, cli *client.Client, pid uint32, data []byte) (int, error) {
-	written := 0
-	for len(data) > 0 {
-		n := min(len(data), stdinFrame)
-		if err := cli.SendInput(ctx, client.ByPid(pid), data[:n], false); err != nil {
-			return written, err
-		}
-		written += n
-		data = data[n:]
-	}
-	return written, nil
 }

@@ -127,28 +127,3 @@ func TestOutputMeter(t *testing.T) {
 		t.Fatalf("partial line holds %d bytes", len(m.partial[0]))
 	}
 }
-
-func TestProcessTagsAndArgs(t *testing.T) {
-	tag := newProcessTag(tagBg, "g2-r5")
-	if kind, run, ok := parseProcessTag(tag); !ok || kind != tagBg || run != "g2-r5" {
-		t.Fatalf("%s: %s %s %v", tag, kind, run, ok)
-	}
-	for _, bad := range []string{"", "sbx-1234", "smcp:xx:g1-r1:00", "smcp:bg:g1-p1:00", "smcp:bg:g1-r1", "smcp:fg:g1-r1:a:b"} {
-		if _, _, ok := parseProcessTag(bad); ok {
-			t.Errorf("%q parsed", bad)
-		}
-	}
-	if got := shellQuoteArgs([]string{"ls", "-l", "a b", "it's", "", "x=1,y"}); got != `ls -l 'a b' 'it'\''s' '' x=1,y` {
-		t.Fatal(got)
-	}
-	args := []string{"-c", backgroundScript, "sh", "/w/log", "/w/g1-p", "g1-r1"}
-	if got := describeBackgroundArgs(append(args, "bash", "-lc", "sleep 1 && echo hi")); got != "sleep 1 && echo hi" {
-		t.Fatal(got)
-	}
-	if got := describeBackgroundArgs(append(args, "python3", "-m", "http.server")); got != "python3 -m http.server" {
-		t.Fatal(got)
-	}
-	if got := describeBackgroundArgs([]string{"-c", "x"}); got != "" {
-		t.Fatal(got)
-	}
-}

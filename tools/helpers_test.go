@@ -7,6 +7,7 @@ import (
 	"path"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/mark3labs/mcp-go/mcp"
 
@@ -71,6 +72,20 @@ func (h *harness) sbRun(argv ...string) {
 	}
 	if res.ExitCode != 0 {
 		h.t.Fatalf("%v: exit %d: %s", argv, res.ExitCode, res.Stderr.Bytes())
+	}
+}
+
+// killBehindTheTools kills the sandbox process pid through envd, not the
+// tools, and waits until the follower of its entry e has seen it end.
+func (h *harness) killBehindTheTools(pid uint32, e *procEntry) {
+	h.t.Helper()
+	if err := h.lease().Client.SendSignal(context.Background(), envdclient.ByPid(pid), envdclient.SIGKILL); err != nil {
+		h.t.Fatal(err)
+	}
+	select {
+	case <-e.done:
+	case <-time.After(30 * time.Second):
+		h.t.Fatal("the follower did not see the process end")
 	}
 }
 

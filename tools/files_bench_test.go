@@ -8,6 +8,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"testing"
+
+	"github.com/mark3labs/mcp-go/mcp"
 )
 
 // benchSize is the file size the file-transfer benchmarks move.
@@ -21,6 +23,28 @@ func benchData(b *testing.B) []byte {
 	return data
 }
 
+// benchTool times calls of the tool name with args, each moving benchSize
+// bytes; every call must succeed.
+func benchTool(b *testing.B, h *harness, name string, args any) {
+	b.SetBytes(benchSize)
+	b.ResetTimer()
+	for b.Loop() {
+		h.ok(name, args, nil)
+	}
+}
+
+// benchHandler times calls of t's handler alone with req, each moving
+// benchSize bytes; every call must succeed.
+func benchHandler(b *testing.B, h *harness, t Tool, req mcp.CallToolRequest) {
+	ctx := WithWorkspace(context.Background(), h.ws)
+	b.SetBytes(benchSize)
+	for b.Loop() {
+		if res, err := t.Handler(ctx, req); err != nil || res.IsError {
+			b.Fatalf("%v %s", err, resultText(res))
+		}
+	}
+}
+
 // BenchmarkPutFiles writes one 8 MiB binary file through put_files (base64
 // in the JSON arguments, the MCP round trip, envd upload and rename).
 func BenchmarkPutFiles(b *testing.B) {
@@ -29,11 +53,7 @@ func BenchmarkPutFiles(b *testing.B) {
 		"path": "bench.bin", "content": base64.StdEncoding.EncodeToString(benchData(b)), "encoding": "base64",
 	}}}
 	h.ok("put_files", args, nil) // sandbox creation outside the timing
-	b.SetBytes(benchSize)
-	b.ResetTimer()
-	for b.Loop() {
-		h.ok("put_files", args, nil)
-	}
+	benchTool(b, h, "put_files", args)
 }
 
 // BenchmarkReadFiles reads one 8 MiB binary file through read_files (envd
@@ -42,11 +62,7 @@ func BenchmarkReadFiles(b *testing.B) {
 	h := newHarness(b, harnessOptions{config: Config{MaxReadBytes: benchSize}})
 	h.sbWrite("bench.bin", string(benchData(b)))
 	args := map[string]any{"paths": []string{"bench.bin"}}
-	b.SetBytes(benchSize)
-	b.ResetTimer()
-	for b.Loop() {
-		h.ok("read_files", args, nil)
-	}
+	benchTool(b, h, "read_files", args)
 }
 
 // BenchmarkPutFilesHandler is BenchmarkPutFiles without the MCP layer
@@ -56,13 +72,7 @@ func BenchmarkPutFilesHandler(b *testing.B) {
 	h := newHarness(b, harnessOptions{config: Config{MaxPutBytes: 2 * benchSize}})
 	put := PutFiles(h.deps)
 	req := rawCallRequest("put_files", `{"files":[{"path":"bench.bin","encoding":"base64","content":"`+base64.StdEncoding.EncodeToString(benchData(b))+`"}]}`)
-	ctx := WithWorkspace(context.Background(), h.ws)
-	b.SetBytes(benchSize)
-	for b.Loop() {
-		if res, err := put.Handler(ctx, req); err != nil || res.IsError {
-			b.Fatalf("%v %s", err, resultText(res))
-		}
-	}
+	benchHandler(b, h, put, req)
 }
 
 // BenchmarkReadFilesHandler is BenchmarkReadFiles without the MCP layer.
@@ -71,13 +81,7 @@ func BenchmarkReadFilesHandler(b *testing.B) {
 	h.sbWrite("bench.bin", string(benchData(b)))
 	read := ReadFiles(h.deps)
 	req := rawCallRequest("read_files", `{"paths":["bench.bin"]}`)
-	ctx := WithWorkspace(context.Background(), h.ws)
-	b.SetBytes(benchSize)
-	for b.Loop() {
-		if res, err := read.Handler(ctx, req); err != nil || res.IsError {
-			b.Fatalf("%v %s", err, resultText(res))
-		}
-	}
+	benchHandler(b, h, read, req)
 }
 
 // BenchmarkCollectOutputs copies one 8 MiB file from the sandbox into the
@@ -86,11 +90,7 @@ func BenchmarkCollectOutputs(b *testing.B) {
 	h := newHarness(b, harnessOptions{config: Config{ArtifactsDir: b.TempDir()}})
 	h.sbWrite("out/bench.bin", string(benchData(b)))
 	args := map[string]any{"globs": []string{"out/*.bin"}}
-	b.SetBytes(benchSize)
-	b.ResetTimer()
-	for b.Loop() {
-		h.ok("collect_outputs", args, nil)
-	}
+	benchTool(b, h, "collect_outputs", args)
 }
 
 // BenchmarkStageInputsHost copies one 8 MiB file from a host stage root into
@@ -103,11 +103,7 @@ func BenchmarkStageInputsHost(b *testing.B) {
 	h := newHarness(b, harnessOptions{config: Config{StageRoots: map[string]string{"data": dir}}})
 	args := map[string]any{"inputs": []map[string]any{{"from": "host://data/bench.bin"}}}
 	h.ok("stage_inputs", args, nil)
-	b.SetBytes(benchSize)
-	b.ResetTimer()
-	for b.Loop() {
-		h.ok("stage_inputs", args, nil)
-	}
+	benchTool(b, h, "stage_inputs", args)
 }
 
 // BenchmarkCopyBaseline is the floor the transfer benchmarks compare with:

@@ -1,0 +1,140 @@
+package tools
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"connectrpc.com/connect"
+
+	"github.com/sandbox-mcp/sandbox-mcp/envd/client"
+)
+
+// processInputInput is process_input's arguments.
+type processInputInput struct {
+	Process string `json:"process" jsonschema:"required" jsonschema_description:"The process handle (like g1-p42)."`
+	Data    string `json:"data,omitempty" jsonschema_description:"Text to write to the process's standard input, exactly as given (add a trailing newline for line-oriented programs)."`
+	Close   bool   `json:"close,omitempty" jsonschema_description:"Close standard input after writing data, so the process reads end-of-file. It cannot be reopened."`
+}
+
+// processInputOutput is process_input's result.
+type processInputOutput struct {
+	Meta
+	Process string `json:"process" jsonschema:"required" jsonschema_description:"The process handle."`
+	Written int    `json:"written" jsonschema_description:"Bytes written to standard input."`
+	Closed  bool   `json:"closed" jsonschema_description:"True when standard input is now closed."`
+}
+
+// ProcessInput is the process_input tool: it writes to a background
+// process's stdin or closes it.
+func ProcessInput(d *Deps) Tool {
+	return define(d, spec[processInputInput, processInputOutput]{
+		name:  "process_input",
+		title: "Write to a background process's input",
+		description: "Write text to the standard input of a process started with workspace_exec background: true, and/or close its input (close: true) so it reads end-of-file. " +
+			"Use process_output afterwards to see how it reacted. A process that has ended, or whose input was closed, takes no more input.",
+		toolset: ToolsetProcess,
+		annotations: Annotations{
+			ReadOnly: false,
+			// Not destructive in itself: it adds input to a process the agent
+			// started and deletes or overwrites nothing; what the program does
+			// with the input was decided when it was started.
+			Destructive: false,
+			Idempotent:  false, // the same text twice is read twice
+			OpenWorld:   false,
+		},
+		run: runProcessInput,
+	})
+}
+
+func runProcessInput(ctx context.Context, c *Call, in *processInputInput) (*processInputOutput, error) {
+	if in.Data == "" && !in.Close {
+		return nil, inputErr("data", "nothing to do: give data to write, close: true, or both")
+	}
+	e, lease, err := findProcess(ctx, c, "process", in.Process)
+	if err != nil {
+		return nil, err
+	}
+	if end, ended := e.state(); ended {
+		return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf(
+			"process %s has already ended (%s), so it takes no more input", e.handle, describeEnd(end)))
+	}
+	e.mu.Lock()
+	closed := e.stdinClosed
+	e.mu.Unlock()
+	if closed {
+		return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf(
+			"the standard input of process %s was already closed, so it takes no more input", e.handle))
+	}
+	gone := func(err error) error {
+		if client.IsStdinGone(err) {
+			return connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf(
+				"process %s no longer takes input (it ended or closed its input): %s", e.handle, rootCause(err)))
+		}
+		return c.Check(err)
+	}
+	out := &processInputOutput{Process: e.handle}
+	if in.Data != "" {
+		// A process that does not read its input would hold the call
+		// forever once the pipe is full: bound the wait.
+		inputWait := c.d.Config.InputWait
+		wctx, cancel := context.WithTimeout(ctx, inputWait)
+		n, err := sendInput(wctx, lease.Client, e.pid, []byte(in.Data))
+		cancel()
+		if err != nil && ctx.Err() == nil && (connect.CodeOf(err) == connect.CodeDeadlineExceeded || errors.Is(err, context.DeadlineExceeded)) {
+			return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf(
+				"process %s is not reading its standard input: %d of %d bytes went in within %s and the rest was not sent; check it with process_output",
+				e.handle, n, len(in.Data), inputWait))
+		}
+		if err != nil {
+			return nil, gone(err)
+		}
+		out.Written = n
+	}
+	if in.Close {
+		// A process that ended (perhaps on the data just written) or
+		// already closed its input has no input to close: that is success.
+		if err := lease.Client.CloseStdin(ctx, client.ByPid(e.pid)); err != nil && !client.IsStdinGone(err) {
+			if out.Written > 0 {
+				c.Notice("The data was written, but closing standard input failed.")
+			}
+			return nil, c.Check(err)
+		}
+		e.mu.Lock()
+		e.stdinClosed = true
+		e.mu.Unlock()
+		out.Closed = true
+	}
+	return out, nil
+}
+
+// describeEnd says how a process ended, for error messages.
+func describeEnd(end procEnd) string {
+	switch {
+	case end.status == statusUnknown:
+		return "how is unknown"
+	case end.signal != "" && end.exitCode != nil:
+		return fmt.Sprintf("killed by signal %s, exit code %d", end.signal, *end.exitCode)
+	case end.exitCode != nil:
+		return fmt.Sprintf("exit code %d", *end.exitCode)
+	}
+	return end.status
+}
+
+// stdinFrame is the most bytes of one stdin frame, as envd reads them.
+const stdinFrame = 32 << 10
+
+// sendInput writes data to pid's stdin in frames of at most stdinFrame. It
+// says how many bytes went in (whole frames) before an error.
+func sendInput(ctx context.Context, cli *client.Client, pid uint32, data []byte) (int, error) {
+	written := 0
+	for len(data) > 0 {
+		n := min(len(data), stdinFrame)
+		if err := cli.SendInput(ctx, client.ByPid(pid), data[:n], false); err != nil {
+			return written, err
+		}
+		written += n
+		data = data[n:]
+	}
+	return written, nil
+}
