@@ -236,37 +236,13 @@ func (m stringMap) Set(v string) error {
 }
 
 func envdCommand(fs *flag.FlagSet, g *globals) func(context.Context, []string) error {
-	var cfg daemon.Config
-	env := stringMap{}
-	listen := fs.String("listen", "127.0.0.1:49983", "address: host:port or unix:/path/to/socket")
-	fs.StringVar(&cfg.Root, "root", "", "workspace directory: relative paths and the default cwd resolve against it (required)")
-	fs.BoolVar(&cfg.Confine, "confine", false, "refuse any path that resolves (symlinks followed) outside --root")
-	fs.StringVar(&cfg.AccessToken, "access-token", "", "require this token in X-Access-Token (all but /health)")
-	fs.StringVar(&cfg.DefaultUser, "user", "", "user for requests that name none (default: the daemon's own user)")
-	fs.Var(env, "env", "KEY=VALUE given to every process and served by /envs (repeatable)")
-	fs.Int64Var(&cfg.MaxUploadBytes, "max-upload-bytes", 0, "largest POST /files body in bytes (0: no limit)")
-	readyFD := fs.Int("ready-fd", 0, "file descriptor to write \"ready ADDR\" to once listening (0: none)")
+	var f daemon.Flags
+	f.Register(fs)
 	return func(ctx context.Context, args []string) error {
 		if len(args) > 0 {
 			return fmt.Errorf("unexpected arguments %q", args)
 		}
-		if cfg.Root == "" {
-			return errors.New("--root is required")
-		}
-		cfg.Env = env
-		cfg.Logger = g.log
-		var ready io.Writer
-		if *readyFD > 0 {
-			f, err := openReadyFD(*readyFD)
-			if err != nil {
-				return err
-			}
-			// Close it as soon as the line is written: processes the daemon
-			// spawns must not inherit it.
-			ready = closeAfterWrite{f}
-			defer f.Close()
-		}
-		return daemon.Run(ctx, cfg, *listen, ready)
+		return f.Run(ctx, g.log)
 	}
 }
 
@@ -277,17 +253,6 @@ func openReadyFD(fd int) (*os.File, error) {
 		return nil, fmt.Errorf("--ready-fd %d is not open: %w", fd, err)
 	}
 	return os.NewFile(uintptr(fd), "ready-fd"), nil
-}
-
-// closeAfterWrite closes its file after the first write.
-type closeAfterWrite struct{ f *os.File }
-
-func (c closeAfterWrite) Write(p []byte) (int, error) {
-	n, err := c.f.Write(p)
-	if cerr := c.f.Close(); err == nil && cerr != nil && !errors.Is(cerr, os.ErrClosed) {
-		err = cerr
-	}
-	return n, err
 }
 
 func versionCommand(fs *flag.FlagSet, g *globals) func(context.Context, []string) error {
