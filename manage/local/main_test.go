@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -17,11 +18,12 @@ import (
 	"time"
 
 	"github.com/sandbox-mcp/sandbox-mcp/envd/client"
+	"github.com/sandbox-mcp/sandbox-mcp/envd/envdtest"
 	"github.com/sandbox-mcp/sandbox-mcp/manage"
 )
 
-// testRoot holds everything the tests make: the daemon binary and the state
-// directories. It is searchable by everyone (0711) so bwrap can run as the
+// testRoot holds everything the tests make: the daemon binaries and the
+// state directories. It is searchable by everyone (0711) so bwrap can run as the
 // unprivileged sandbox user and still reach them, as a real state directory
 // would be set up.
 // inheritedFD is the number of a directory descriptor the tests hold open
@@ -29,9 +31,15 @@ import (
 const inheritedFD = 100
 
 var (
-	testRoot   string
+	testRoot string
+	// envdBinary is the lean envd (envd/cmd/sandbox-envd), built as `make
+	// envd` builds what sandbox-mcp embeds: what sandboxes run.
 	envdBinary string
-	buildErr   error
+	// serverBinary is the sandbox-mcp binary, for tests that run the server
+	// and for its `envd` subcommand, what sandboxes run without an
+	// embedded envd.
+	serverBinary string
+	buildErr     error
 )
 
 func TestMain(m *testing.M) {
@@ -65,10 +73,14 @@ func runTests(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	envdBinary = filepath.Join(bin, "sandbox-mcp")
-	cmd := exec.Command("go", "build", "-o", envdBinary, "github.com/sandbox-mcp/sandbox-mcp")
+	serverBinary = filepath.Join(bin, "sandbox-mcp")
+	cmd := exec.Command("go", "build", "-o", serverBinary, "github.com/sandbox-mcp/sandbox-mcp")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		buildErr = fmt.Errorf("go build sandbox-mcp: %v\n%s", err, out)
+	}
+	envdBinary = filepath.Join(bin, "sandbox-envd")
+	if err := envdtest.BuildLean(envdBinary, runtime.GOARCH); err != nil && buildErr == nil {
+		buildErr = err
 	}
 	return m.Run()
 }
@@ -86,7 +98,7 @@ func skipOrFail(t testing.TB, format string, args ...any) {
 func needBinary(t testing.TB) {
 	t.Helper()
 	if buildErr != nil {
-		skipOrFail(t, "the sandbox-mcp binary does not build: %v", buildErr)
+		skipOrFail(t, "the sandbox-mcp or sandbox-envd binary does not build: %v", buildErr)
 	}
 }
 
@@ -122,14 +134,15 @@ func newStateDir(t testing.TB) string {
 }
 
 // newProvider starts a provider on a fresh state directory (unless cfg names
-// one) and closes it when the test ends.
+// one), running the lean envd unless cfg names another envd, and closes it
+// when the test ends.
 func newProvider(t testing.TB, cfg Config) *Provider {
 	t.Helper()
 	needBinary(t)
 	if cfg.StateDir == "" {
 		cfg.StateDir = newStateDir(t)
 	}
-	if cfg.EnvdBinary == "" {
+	if cfg.EnvdBinary == "" && cfg.embedded == nil {
 		cfg.EnvdBinary = envdBinary
 	}
 	if cfg.Logger == nil {
