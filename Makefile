@@ -11,13 +11,26 @@ PROTOC_GEN_GO_VERSION := v1.36.12
 PROTOC_GEN_CONNECT_GO_VERSION := v1.21.1
 GOLANGCI_LINT_VERSION := v2.15.0
 
-.PHONY: help build generate checkgenerate lint test bench fuzz interop clean
+.PHONY: help build envd generate checkgenerate lint test bench fuzz interop clean
 
 help: ## list the tasks
 	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | column -t -s $$'\t'
 
-build: ## build ./sandbox-mcp
+# The lean envd that sandbox-mcp embeds (manage/local/envdbin): static, for
+# every Linux architecture in ENVD_ARCHS, built reproducibly (the same flags
+# as envdtest.BuildLean, which the envdbin test compares against).
+ENVD_DIR := manage/local/envdbin/bin
+ENVD_ARCHS := amd64 arm64
+ENVD_BUILD := CGO_ENABLED=0 GOOS=linux go build -trimpath -buildvcs=false -ldflags='-s -w'
+
+build: envd ## build ./sandbox-mcp, carrying the lean envd its sandboxes run
 	go build -o sandbox-mcp .
+
+envd: ## build the lean envd for Linux into manage/local/envdbin/bin (embedded by the next build)
+	@for arch in $(ENVD_ARCHS); do \
+		echo "$(ENVD_BUILD) -o $(ENVD_DIR)/sandbox-envd-linux-$$arch ./envd/cmd/sandbox-envd  # GOARCH=$$arch"; \
+		GOARCH=$$arch $(ENVD_BUILD) -o $(ENVD_DIR)/sandbox-envd-linux-$$arch ./envd/cmd/sandbox-envd || exit 1; \
+	done
 
 $(BIN)/buf:
 	GOBIN=$(BIN) go install github.com/bufbuild/buf/cmd/buf@$(BUF_VERSION)
@@ -40,7 +53,7 @@ lint: $(BIN)/golangci-lint ## gofmt, go vet, golangci-lint, go mod tidy
 	golangci-lint run ./...
 	go mod tidy -diff
 
-test: ## go test -race ./...
+test: envd ## go test -race ./... (with the lean envd built and embedded first)
 	go test -race -timeout 20m ./...
 
 bench: ## benchmarks with ratios against same-run baselines
@@ -53,4 +66,4 @@ interop: build ## third-party clients (npm) against the built binary
 	scripts/interop
 
 clean:
-	rm -rf $(BIN) sandbox-mcp
+	rm -rf $(BIN) sandbox-mcp $(ENVD_DIR)/sandbox-envd-*

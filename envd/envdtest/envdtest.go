@@ -102,6 +102,10 @@ var (
 	buildOnce sync.Once
 	buildPath string
 	buildErr  error
+
+	leanOnce sync.Once
+	leanPath string
+	leanErr  error
 )
 
 // Binary returns the sandbox-mcp command built by [BuildBinary]. A machine
@@ -130,14 +134,60 @@ func Binary(t testing.TB) string {
 // process never sees another's different build under its path, and builds
 // unused for a day are removed when the next one lands.
 func BuildBinary() (string, error) {
-	buildOnce.Do(func() { buildPath, buildErr = build() })
+	buildOnce.Do(func() {
+		buildPath, buildErr = build("sandbox-mcp", func(out string) error {
+			return goBuild(nil, "-o", out, "github.com/sandbox-mcp/sandbox-mcp")
+		})
+	})
 	return buildPath, buildErr
+}
+
+// LeanPackage is the lean envd command: the daemon without the MCP server.
+const LeanPackage = "github.com/sandbox-mcp/sandbox-mcp/envd/cmd/sandbox-envd"
+
+// LeanBinary builds the lean envd command (LeanPackage) for this machine
+// once per test process, exactly as BuildLean builds what sandbox-mcp
+// embeds, and returns its path; builds are cached as Binary's are.
+func LeanBinary(t testing.TB) string {
+	t.Helper()
+	leanOnce.Do(func() {
+		leanPath, leanErr = build("sandbox-envd", func(out string) error {
+			return BuildLean(out, runtime.GOARCH)
+		})
+	})
+	if leanErr != nil {
+		t.Fatal(leanErr)
+	}
+	return leanPath
+}
+
+// BuildLean builds the lean envd for linux/goarch into out as `make envd`
+// does (the Makefile's ENVD_BUILD): static (CGO_ENABLED=0), without paths,
+// VCS stamps or symbol tables, so the same tree and toolchain always give
+// the same bytes.
+func BuildLean(out, goarch string) error {
+	return goBuild([]string{"CGO_ENABLED=0", "GOOS=linux", "GOARCH=" + goarch},
+		"-trimpath", "-buildvcs=false", "-ldflags=-s -w", "-o", out, LeanPackage)
 }
 
 // binaryTTL is how long an unused build stays in the cache directory.
 const binaryTTL = 24 * time.Hour
 
-func build() (string, error) {
+// goBuild runs `go build args…` in the module root with env added to this
+// process's environment.
+func goBuild(env []string, args ...string) error {
+	cmd := exec.Command("go", append([]string{"build"}, args...)...)
+	cmd.Dir = moduleRoot()
+	cmd.Env = append(os.Environ(), env...)
+	if msg, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("go build %s: %v\n%s", strings.Join(args, " "), err, msg)
+	}
+	return nil
+}
+
+// build runs buildTo on a temporary path in the cache directory and renames
+// the result to name-<the first 16 hex digits of its SHA-256>.
+func build(name string, buildTo func(out string) error) (string, error) {
 	cache, err := binaryCacheDir()
 	if err != nil {
 		return "", err
@@ -147,11 +197,9 @@ func build() (string, error) {
 		return "", err
 	}
 	defer os.RemoveAll(tmp)
-	out := filepath.Join(tmp, "sandbox-mcp")
-	cmd := exec.Command("go", "build", "-o", out, "github.com/sandbox-mcp/sandbox-mcp")
-	cmd.Dir = moduleRoot()
-	if msg, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go build sandbox-mcp: %w\n%s", err, msg)
+	out := filepath.Join(tmp, name)
+	if err := buildTo(out); err != nil {
+		return "", err
 	}
 	sum, err := fileSHA256(out)
 	if err != nil {
@@ -159,7 +207,7 @@ func build() (string, error) {
 	}
 	// A rename never touches a file another process runs: it replaces the
 	// name, and the same name always means the same bytes.
-	path := filepath.Join(cache, "sandbox-mcp-"+sum[:16])
+	path := filepath.Join(cache, name+"-"+sum[:16])
 	if err := os.Rename(out, path); err != nil {
 		return "", err
 	}
@@ -220,7 +268,7 @@ func pruneBuilds(dir, keep string) {
 		if path == keep || err != nil || time.Since(info.ModTime()) < binaryTTL {
 			continue
 		}
-		if strings.HasPrefix(e.Name(), "sandbox-mcp-") || strings.HasPrefix(e.Name(), "build-") {
+		if strings.HasPrefix(e.Name(), "sandbox-mcp-") || strings.HasPrefix(e.Name(), "sandbox-envd-") || strings.HasPrefix(e.Name(), "build-") {
 			_ = os.RemoveAll(path)
 		}
 	}

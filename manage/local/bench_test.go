@@ -15,15 +15,20 @@ import (
 
 // BenchmarkCreateToFirstRun measures a cold Create and the first Run of
 // `true` through the envd client: what a first tool call waits for. Kill is
-// outside the timer.
+// outside the timer. bwrap and none run the lean envd (what sandbox-mcp
+// embeds); bwrap-full runs the sandbox-mcp binary's `envd` subcommand, the
+// fallback of a binary built without the embedded envd.
 func BenchmarkCreateToFirstRun(b *testing.B) {
-	for _, isolation := range []string{IsolationBwrap, IsolationNone} {
-		b.Run(isolation, func(b *testing.B) {
+	for _, variant := range []string{IsolationBwrap, IsolationNone, "bwrap-full"} {
+		b.Run(variant, func(b *testing.B) {
 			var p *Provider
-			if isolation == IsolationBwrap {
+			switch variant {
+			case IsolationBwrap:
 				p = needBwrap(b, Config{})
-			} else {
+			case IsolationNone:
 				p = newProvider(b, Config{Isolation: IsolationNone})
+			default:
+				p = needBwrap(b, Config{EnvdBinary: serverBinary})
 			}
 			ctx := context.Background()
 			var samples, creates, runs []time.Duration

@@ -1,6 +1,7 @@
 package local
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -14,6 +15,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/sandbox-mcp/sandbox-mcp/manage/local/envdbin"
 )
 
 // When the server runs as root, bwrap runs as an unprivileged host user
@@ -23,8 +26,18 @@ import (
 // listable); a binary that user cannot reach (under /root/go/bin, say) is
 // copied into the state directory, under a name from its content hash.
 
-// copyPrefix starts the name of an installed copy of the envd binary.
-const copyPrefix = "sandbox-mcp-"
+// The lean envd this binary embeds (package envdbin), when it carries one
+// for the host's architecture, is what sandboxes run unless Config.EnvdBinary
+// names another binary: it is written once into the state directory's bin
+// directory (0711) under a name from its content hash (0755), where the
+// sandbox user reaches it like a copy.
+
+// copyPrefix starts the name of an installed copy of the envd binary, and
+// embeddedPrefix that of an installed embedded lean envd.
+const (
+	copyPrefix     = "sandbox-mcp-"
+	embeddedPrefix = "sandbox-envd-"
+)
 
 // Installed copies not used for this long are removed by the next Provider
 // that starts; a Provider that still needs one installs it again.
@@ -33,11 +46,15 @@ const (
 	staleTempAge = time.Hour
 )
 
-// envdExecutable is the sandbox-mcp binary sandboxes run. It is safe for
+// envdExecutable is the envd binary sandboxes run. It is safe for
 // concurrent use.
 type envdExecutable struct {
-	// source is Config.EnvdBinary; unisolated sandboxes run it directly.
+	// source is Config.EnvdBinary (the installed embedded envd by default);
+	// unisolated sandboxes run it directly.
 	source string
+	// embedded is the lean envd installed at source, or nil when source is
+	// a binary of its own.
+	embedded *envdbin.Envd
 	// binDir is <state>/bin when bwrap sandboxes run a copy, else "".
 	binDir string
 
@@ -45,14 +62,25 @@ type envdExecutable struct {
 	current string // what bwrap binds: source, or the copy in binDir
 }
 
-// path returns the binary to bind into a bwrap sandbox. A copy that another
-// Provider removed meanwhile is installed again.
+// path returns the binary a sandbox runs: under bwrap the one to bind,
+// else source. An installed embedded envd or a copy that another Provider
+// removed meanwhile is installed again.
 func (b *envdExecutable) path() (string, error) {
-	if b.binDir == "" {
+	if b.binDir == "" && b.embedded == nil {
 		return b.source, nil
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if b.embedded != nil {
+		if _, err := os.Stat(b.source); err != nil {
+			if _, err := installEmbedded(filepath.Dir(b.source), b.embedded); err != nil {
+				return "", fmt.Errorf("install the embedded envd in %s: %w", filepath.Dir(b.source), err)
+			}
+		}
+	}
+	if b.binDir == "" {
+		return b.source, nil
+	}
 	if _, err := os.Stat(b.current); err == nil {
 		return b.current, nil
 	}
@@ -198,14 +226,42 @@ func installCopy(binDir, src string) (string, error) {
 		return "", err
 	}
 	defer func() { _ = in.Close() }()
-	tmp, err := os.CreateTemp(binDir, "."+copyPrefix+"*.tmp")
+	// Named after what was copied, which differs from the hash above if the
+	// binary was replaced in between.
+	return installFile(binDir, copyPrefix, in)
+}
+
+// embeddedPath returns where installEmbedded puts e: binDir/sandbox-envd-<the
+// first 16 hex digits of its SHA-256>.
+func embeddedPath(binDir string, e *envdbin.Envd) string {
+	return filepath.Join(binDir, embeddedPrefix+e.SHA256[:16])
+}
+
+// installEmbedded writes the embedded envd e into binDir (mode 0755) at
+// embeddedPath and returns that path; an existing file there is reused, so
+// it is written once per state directory. Several Providers may install at
+// once, as for installCopy.
+func installEmbedded(binDir string, e *envdbin.Envd) (string, error) {
+	if err := os.Mkdir(binDir, 0o711); err != nil && !errors.Is(err, fs.ErrExist) {
+		return "", err
+	}
+	dst := embeddedPath(binDir, e)
+	if fi, err := os.Lstat(dst); err == nil && fi.Mode().IsRegular() {
+		return dst, nil
+	}
+	return installFile(binDir, embeddedPrefix, bytes.NewReader(e.Data))
+}
+
+// installFile writes r into binDir (mode 0755) as prefix followed by the
+// first 16 hex digits of its SHA-256: into a temporary file, renamed into
+// place once complete.
+func installFile(binDir, prefix string, r io.Reader) (string, error) {
+	tmp, err := os.CreateTemp(binDir, "."+prefix+"*.tmp")
 	if err != nil {
 		return "", err
 	}
-	// Named after what was copied, which differs from the hash above if the
-	// binary was replaced in between.
 	h := sha256.New()
-	_, err = io.Copy(io.MultiWriter(tmp, h), in)
+	_, err = io.Copy(io.MultiWriter(tmp, h), r)
 	if err == nil {
 		err = tmp.Chmod(0o755)
 	}
@@ -215,7 +271,7 @@ func installCopy(binDir, src string) (string, error) {
 	if cerr := tmp.Close(); err == nil {
 		err = cerr
 	}
-	dst = filepath.Join(binDir, copyName(h))
+	dst := filepath.Join(binDir, prefix+hex.EncodeToString(h.Sum(nil))[:16])
 	if err == nil {
 		err = os.Rename(tmp.Name(), dst)
 	}
@@ -226,9 +282,9 @@ func installCopy(binDir, src string) (string, error) {
 	return dst, nil
 }
 
-// removeOldCopies marks keep as in use and deletes other copies nobody
-// installed or marked for staleCopyAge, and temporary files of installs
-// that did not finish. Sandboxes that run a deleted copy are unaffected (the
+// removeOldCopies marks keep as in use and deletes other copies and
+// installed embedded envds nobody installed or marked for staleCopyAge, and
+// temporary files of installs that did not finish. Sandboxes that run a deleted copy are unaffected (the
 // file stays bound in their mount namespace).
 func removeOldCopies(binDir, keep string) {
 	now := time.Now()
@@ -245,8 +301,8 @@ func removeOldCopies(binDir, keep string) {
 		}
 		age := staleCopyAge
 		switch {
-		case strings.HasPrefix(name, copyPrefix):
-		case strings.HasPrefix(name, "."+copyPrefix) && strings.HasSuffix(name, ".tmp"):
+		case strings.HasPrefix(name, copyPrefix), strings.HasPrefix(name, embeddedPrefix):
+		case (strings.HasPrefix(name, "."+copyPrefix) || strings.HasPrefix(name, "."+embeddedPrefix)) && strings.HasSuffix(name, ".tmp"):
 			age = staleTempAge
 		default:
 			continue

@@ -100,7 +100,8 @@ func sandboxEnv(home, tmp string) [][2]string {
 	return [][2]string{{"PATH", sandboxPath}, {"HOME", home}, {"LANG", "C.UTF-8"}, {"TMPDIR", tmp}}
 }
 
-// envdArgs are the arguments of `sandbox-mcp envd`. envd builds each
+// envdArgs are the arguments of `sandbox-mcp envd`, which the lean
+// sandbox-envd takes too (its leading "envd" included). envd builds each
 // process's environment itself (PATH from its own, HOME, USER, LOGNAME, then
 // its --env), so LANG and TMPDIR travel as --env, overridable by the
 // sandbox's own env.

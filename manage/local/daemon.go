@@ -117,11 +117,9 @@ func (p *Provider) startDaemon(ctx context.Context, id, dir string, spec sandbox
 		return nil, ctxError("start sandbox "+id, err)
 	}
 	var held time.Duration // until bwrap held the sandbox before exec
-	var envdPath string
-	if p.isolation == IsolationBwrap {
-		if envdPath, err = p.envd.path(); err != nil {
-			return nil, connect.NewError(connect.CodeInternal, fmt.Errorf("start sandbox %s: %w", id, err))
-		}
+	envdPath, err := p.envd.path()
+	if err != nil {
+		return nil, connect.NewError(connect.CodeInternal, fmt.Errorf("start sandbox %s: %w", id, err))
 	}
 	readyR, readyW, err := os.Pipe()
 	if err != nil {
@@ -169,7 +167,7 @@ func (p *Provider) startDaemon(ctx context.Context, id, dir string, spec sandbox
 		// Go programs restore the NOFILE soft limit they started with in
 		// every child they spawn, so a limit set on envd once it runs would
 		// not reach its children: envd must start with it.
-		cmd = exec.Command("/bin/sh", rlimitArgs(spec, p.envd.source, envdArgs(filepath.Join(dir, "run", "envd.sock"), ws, filepath.Join(dir, "tmp"), true, spec.env))...)
+		cmd = exec.Command("/bin/sh", rlimitArgs(spec, envdPath, envdArgs(filepath.Join(dir, "run", "envd.sock"), ws, filepath.Join(dir, "tmp"), true, spec.env))...)
 		cmd.ExtraFiles = []*os.File{readyW}
 		cmd.Dir = ws
 		for _, kv := range sandboxEnv(ws, filepath.Join(dir, "tmp")) {

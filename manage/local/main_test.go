@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -22,8 +23,8 @@ import (
 	"github.com/sandbox-mcp/sandbox-mcp/manage"
 )
 
-// testRoot holds everything the tests make: the daemon binary and the state
-// directories. It is searchable by everyone (0711) so bwrap can run as the
+// testRoot holds everything the tests make: the daemon binaries and the
+// state directories. It is searchable by everyone (0711) so bwrap can run as the
 // unprivileged sandbox user and still reach them, as a real state directory
 // would be set up.
 // inheritedFD is the number of a directory descriptor the tests hold open
@@ -32,11 +33,16 @@ const inheritedFD = 100
 
 var (
 	testRoot string
-	// envdBinary is the sandbox-mcp binary the tests run: a link to (or a
-	// copy of) envdtest's build under testRoot, where the unprivileged
-	// sandbox user can reach it.
+	// envdBinary is the lean envd (envd/cmd/sandbox-envd), built as `make
+	// envd` builds what sandbox-mcp embeds: what sandboxes run.
 	envdBinary string
-	placeErr   error
+	// serverBinary is the sandbox-mcp binary (a link to, or a copy of,
+	// envdtest's one build under testRoot, where the unprivileged sandbox
+	// user can reach it), for tests that run the server and for its `envd`
+	// subcommand, what sandboxes run without an embedded envd.
+	serverBinary string
+	placeErr     error
+	leanErr      error
 )
 
 func TestMain(m *testing.M) {
@@ -70,11 +76,13 @@ func runTests(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	envdBinary = filepath.Join(bin, "sandbox-mcp")
+	serverBinary = filepath.Join(bin, "sandbox-mcp")
 	// A build error is reported by needBinary, through envdtest.Binary.
 	if built, err := envdtest.BuildBinary(); err == nil {
-		placeErr = linkOrCopy(built, envdBinary)
+		placeErr = linkOrCopy(built, serverBinary)
 	}
+	envdBinary = filepath.Join(bin, "sandbox-envd")
+	leanErr = envdtest.BuildLean(envdBinary, runtime.GOARCH)
 	return m.Run()
 }
 
@@ -107,6 +115,9 @@ func needBinary(t testing.TB) {
 	envdtest.Binary(t)
 	if placeErr != nil {
 		t.Fatalf("place the sandbox-mcp binary under %s: %v", testRoot, placeErr)
+	}
+	if leanErr != nil {
+		t.Fatalf("build the lean envd: %v", leanErr)
 	}
 }
 
@@ -142,14 +153,15 @@ func newStateDir(t testing.TB) string {
 }
 
 // newProvider starts a provider on a fresh state directory (unless cfg names
-// one) and closes it when the test ends.
+// one), running the lean envd unless cfg names another envd, and closes it
+// when the test ends.
 func newProvider(t testing.TB, cfg Config) *Provider {
 	t.Helper()
 	needBinary(t)
 	if cfg.StateDir == "" {
 		cfg.StateDir = newStateDir(t)
 	}
-	if cfg.EnvdBinary == "" {
+	if cfg.EnvdBinary == "" && cfg.embedded == nil {
 		cfg.EnvdBinary = envdBinary
 	}
 	if cfg.Logger == nil {

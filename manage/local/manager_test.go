@@ -70,7 +70,8 @@ func shCmd(script string) client.Command {
 }
 
 // envdPid returns the envd process of the daemon p runs for sandbox id:
-// among the daemon's processes, the one running `sandbox-mcp envd`.
+// among the daemon's processes, the one running envd (its first argument is
+// "envd", for the lean envd as for `sandbox-mcp envd`).
 func envdPid(t testing.TB, p *Provider, id string) int {
 	t.Helper()
 	d := p.daemonOf(id)

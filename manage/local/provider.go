@@ -1,6 +1,7 @@
 // Package local is the embedded sandbox provider: a sandbox is a directory
-// under the state directory plus one `sandbox-mcp envd` daemon reached over a
-// unix socket, isolated with bubblewrap where it works.
+// under the state directory plus one envd daemon (the lean sandbox-envd this
+// binary embeds, else `sandbox-mcp envd`) reached over a unix socket,
+// isolated with bubblewrap where it works.
 //
 // A sandbox with id ID lives in <StateDir>/sandboxes/ID/:
 //
@@ -14,8 +15,9 @@
 //
 // The sandbox directory and everything in it but workspace, tmp and run
 // belong to the server; those three belong to the sandbox's host user.
-// <StateDir>/bin holds a copy of the envd binary when that user cannot reach
-// the original (see binary.go).
+// <StateDir>/bin holds the embedded lean envd, written there once, and a
+// copy of an envd binary that user cannot reach where it is (see
+// binary.go).
 //
 // Under bwrap the daemon runs in new user, pid, ipc, uts, mount, cgroup and
 // (unless the sandbox has network) network namespaces as uid 1000, sees the
@@ -59,6 +61,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -68,6 +71,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sandbox-mcp/sandbox-mcp/manage"
+	"github.com/sandbox-mcp/sandbox-mcp/manage/local/envdbin"
 )
 
 // Name is the provider's name.
@@ -110,8 +114,11 @@ type Config struct {
 	// StateDir holds the sandboxes (StateDir/sandboxes/ID). Created if
 	// missing; it must be writable.
 	StateDir string
-	// EnvdBinary is the sandbox-mcp binary run as `EnvdBinary envd`.
-	// Default: the running executable.
+	// EnvdBinary is the envd binary, run as `EnvdBinary envd …`: a
+	// sandbox-mcp binary or the lean sandbox-envd. Default: the lean envd
+	// this binary embeds for the host's architecture (package envdbin,
+	// written into StateDir/bin), or the running executable when it
+	// carries none (built without `make build`).
 	EnvdBinary string
 	// Isolation is auto (default), bwrap or none. auto uses bwrap when a
 	// probe run of it works and none otherwise; bwrap makes New fail when
@@ -139,6 +146,10 @@ type Config struct {
 	DefaultLimits manage.Limits
 	// Logger receives the provider's logs. Nil means slog.Default().
 	Logger *slog.Logger
+
+	// embedded is the lean envd that EnvdBinary names when it defaulted to
+	// one: envdbin.Lookup(runtime.GOARCH), or what a test put here.
+	embedded *envdbin.Envd
 }
 
 // Capabilities is what works on this machine for the local provider, as
@@ -240,6 +251,15 @@ func New(ctx context.Context, cfg Config) (*Provider, error) {
 	if err := p.prepareStateDir(dropsPrivileges(cfg)); err != nil {
 		return nil, err
 	}
+	if cfg.embedded != nil {
+		if err := installEmbeddedEnvd(cfg); err != nil {
+			return nil, fmt.Errorf("local provider: %w", err)
+		}
+		p.envd.embedded = cfg.embedded
+		log.Debug("sandboxes run the lean envd this binary embeds", "envd", cfg.EnvdBinary)
+	} else {
+		log.Debug("sandboxes run this envd binary", "envd", cfg.EnvdBinary)
+	}
 	closeInheritedFDsOnExec()
 	if _, err := os.Stat(cfg.EnvdBinary); err != nil {
 		return nil, fmt.Errorf("local provider: envd binary: %w", err)
@@ -313,6 +333,21 @@ func New(ctx context.Context, cfg Config) (*Provider, error) {
 	return p, nil
 }
 
+// installEmbeddedEnvd writes the embedded envd to cfg.EnvdBinary, in
+// StateDir/bin, unless it is there already, and removes old copies and
+// embedded envds nobody used for a day.
+func installEmbeddedEnvd(cfg Config) error {
+	binDir := filepath.Dir(cfg.EnvdBinary)
+	path, err := installEmbedded(binDir, cfg.embedded)
+	if err != nil {
+		return fmt.Errorf("install the embedded envd in %s: %w", binDir, err)
+	}
+	// Searchable, not listable, whoever made it.
+	_ = os.Chmod(binDir, 0o711)
+	removeOldCopies(binDir, path)
+	return nil
+}
+
 // dropsPrivileges reports whether bwrap is to run as an unprivileged host
 // user (a root server with HostUID and HostGID not -1).
 func dropsPrivileges(cfg Config) bool {
@@ -342,6 +377,11 @@ func checkReach(cfg Config, install bool) (reach, error) {
 	// The state directory itself is made searchable by prepareStateDir.
 	if r.stateErr = unreachable(cfg.StateDir, cfg.HostUID, cfg.HostGID, false); r.stateErr != nil {
 		// A copy under an unreachable state directory helps nothing.
+		return r, nil
+	}
+	if cfg.embedded != nil {
+		// Installed (by New, not by Probe) where the sandbox user reaches
+		// it: in StateDir/bin, 0711, as a 0755 file.
 		return r, nil
 	}
 	if r.envdErr = unreachable(cfg.EnvdBinary, cfg.HostUID, cfg.HostGID, true); r.envdErr == nil {
@@ -376,7 +416,15 @@ func (cfg Config) withDefaults() (Config, error) {
 		return cfg, fmt.Errorf("local provider: state directory %q: %w", cfg.StateDir, err)
 	}
 	cfg.StateDir = abs
-	if cfg.EnvdBinary == "" {
+	if cfg.EnvdBinary == "" && cfg.embedded == nil && runtime.GOOS == "linux" {
+		cfg.embedded = envdbin.Lookup(runtime.GOARCH)
+	}
+	switch {
+	case cfg.EnvdBinary != "":
+		cfg.embedded = nil
+	case cfg.embedded != nil:
+		cfg.EnvdBinary = embeddedPath(filepath.Join(cfg.StateDir, "bin"), cfg.embedded)
+	default:
 		if cfg.EnvdBinary, err = os.Executable(); err != nil {
 			return cfg, fmt.Errorf("local provider: locate envd binary: %w", err)
 		}

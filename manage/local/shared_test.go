@@ -263,7 +263,7 @@ func TestServeAndCallShareStateDir(t *testing.T) {
 		t.Fatal(err)
 	}
 	stateDir := filepath.Join(parent, "state")
-	serve, err := mcpclient.NewStdioMCPClient(envdBinary, nil, "serve", "--state-dir", stateDir, "--log-level", "warn", "--workspace", "shared")
+	serve, err := mcpclient.NewStdioMCPClient(serverBinary, nil, "serve", "--state-dir", stateDir, "--log-level", "warn", "--workspace", "shared")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -323,7 +323,7 @@ func runCall(t *testing.T, stateDir string, args ...string) (stdout, stderr stri
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, envdBinary, append([]string{"call", "--state-dir", stateDir, "--log-level", "warn"}, args...)...)
+	cmd := exec.CommandContext(ctx, serverBinary, append([]string{"call", "--state-dir", stateDir, "--log-level", "warn"}, args...)...)
 	var out, errOut bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errOut
 	err = cmd.Run()

@@ -1,0 +1,24 @@
+// Command sandbox-envd is sandbox-mcp's in-sandbox daemon (E2B envd
+// protocol) on its own: the same daemon and flags as `sandbox-mcp envd`,
+// without the MCP server linked in, so it starts faster. `make build` embeds
+// it, built for Linux, in the sandbox-mcp binary, whose local sandboxes run
+// it.
+//
+//	sandbox-envd [envd] --listen ADDR --root DIR [flags]
+package main
+
+import (
+	"context"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/sandbox-mcp/sandbox-mcp/envd/daemon"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := daemon.Main(ctx, os.Args[1:], os.Stderr)
+	stop()
+	os.Exit(code)
+}
