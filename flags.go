@@ -1,72 +1,11 @@
 package main
 
 import (
-	"errors"
-	"flag"
 	"fmt"
 	"math"
-	"sort"
 	"strconv"
 	"strings"
 )
-
-// envName is the environment variable that sets flag name:
-// SANDBOX_MCP_ and the name in upper case, dashes as underscores.
-func envName(name string) string {
-	return "SANDBOX_MCP_" + strings.ToUpper(strings.ReplaceAll(name, "-", "_"))
-}
-
-// applyEnv sets every flag not given on the command line from its
-// SANDBOX_MCP_* variable, so that the command line wins. Every bad value is
-// reported, each named by its variable.
-func applyEnv(fs *flag.FlagSet, lookup func(string) (string, bool)) error {
-	given := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
-	var errs []error
-	fs.VisitAll(func(f *flag.Flag) {
-		if given[f.Name] {
-			return
-		}
-		v, ok := lookup(envName(f.Name))
-		if !ok {
-			return
-		}
-		if err := fs.Set(f.Name, v); err != nil {
-			errs = append(errs, fmt.Errorf("%s=%q: %w", envName(f.Name), v, err))
-		}
-	})
-	return errors.Join(errs...)
-}
-
-// stringMap is a repeatable KEY=VALUE flag.
-type stringMap map[string]string
-
-// String lists the pairs sorted by key, separated by commas.
-func (m stringMap) String() string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	parts := make([]string, len(keys))
-	for i, k := range keys {
-		parts[i] = k + "=" + m[k]
-	}
-	return strings.Join(parts, ",")
-}
-
-// Set adds one KEY=VALUE; from the environment, several are separated by
-// newlines (values may contain commas).
-func (m stringMap) Set(v string) error {
-	for _, item := range strings.FieldsFunc(v, func(r rune) bool { return r == '\n' }) {
-		k, val, ok := strings.Cut(item, "=")
-		if !ok || k == "" {
-			return fmt.Errorf("%q is not KEY=VALUE", item)
-		}
-		m[k] = val
-	}
-	return nil
-}
 
 // byteSize is a size flag: 4096, 32KiB, 1MiB, 2GiB, 64MB, 1kB.
 type byteSize int64

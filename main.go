@@ -24,6 +24,8 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/sandbox-mcp/sandbox-mcp/internal/cmdline"
+
 	"github.com/lmittmann/tint"
 )
 
@@ -105,7 +107,7 @@ func run(ctx context.Context, argv []string, stdout, stderr io.Writer) int {
 		}
 		return 2
 	}
-	if err := applyEnv(fs, os.LookupEnv); err != nil {
+	if err := cmdline.ApplyEnv(fs, os.LookupEnv); err != nil {
 		fmt.Fprintf(stderr, "sandbox-mcp %s: %v\n", cmd.name, err)
 		return 2
 	}

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sandbox-mcp/sandbox-mcp/internal/cmdline"
+
 	"github.com/sandbox-mcp/sandbox-mcp/server"
 )
 
@@ -78,7 +80,7 @@ func serveCommand(fs *flag.FlagSet, g *globals) func(context.Context, []string) 
 			return err
 		}
 		// Opened first: a descriptor that is not open fails before any work.
-		ready, err := openReadyFD(h.readyFD)
+		ready, err := cmdline.OpenReadyFD(h.readyFD)
 		if err != nil {
 			return err
 		}
@@ -99,7 +101,7 @@ func serveCommand(fs *flag.FlagSet, g *globals) func(context.Context, []string) 
 		if err != nil {
 			return fmt.Errorf("--http %s: %w", h.addr, err)
 		}
-		if err := ready.announce(st.server.EndpointURL(ln.Addr())); err != nil {
+		if err := ready.Announce(st.server.EndpointURL(ln.Addr())); err != nil {
 			ln.Close()
 			return err
 		}

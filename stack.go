@@ -11,6 +11,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sandbox-mcp/sandbox-mcp/internal/cmdline"
+
 	"github.com/sandbox-mcp/sandbox-mcp/manage"
 	"github.com/sandbox-mcp/sandbox-mcp/manage/boltstore"
 	"github.com/sandbox-mcp/sandbox-mcp/manage/local"
@@ -49,7 +51,7 @@ type serveOptions struct {
 	idlePause      time.Duration
 	pausedTTL      time.Duration
 	workspace      string
-	stageRoots     stringMap
+	stageRoots     cmdline.KeyValues
 	artifactsDir   string
 	stateDir       string
 	toolsets       string
@@ -64,7 +66,7 @@ type serveOptions struct {
 func (o *serveOptions) registerSandboxFlags(fs *flag.FlagSet) {
 	def := tools.DefaultConfig()
 	o.outputLimit, o.maxPutBytes, o.maxReadBytes = byteSize(def.OutputLimit), byteSize(def.MaxPutBytes), byteSize(def.MaxReadBytes)
-	o.stageRoots = stringMap{}
+	o.stageRoots = cmdline.KeyValues{}
 	fs.StringVar(&o.provider, "provider", "local", "sandbox provider: local (docker and e2b are planned)")
 	fs.StringVar(&o.isolation, "isolation", "auto", "local isolation: auto (bwrap when it works), bwrap, or none (unisolated, loudly warned)")
 	fs.BoolVar(&o.network, "network", false, "give sandboxes network access")

@@ -8,10 +8,8 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"slices"
-	"strings"
 
-	"golang.org/x/sys/unix"
+	"github.com/sandbox-mcp/sandbox-mcp/internal/cmdline"
 )
 
 // Flags are the command-line settings of an envd process. Both envd
@@ -28,7 +26,7 @@ type Flags struct {
 	// the daemon listens, then is closed; 0 means none.
 	ReadyFD int
 
-	env envFlag
+	env cmdline.KeyValues
 }
 
 // DefaultListen is the address envd listens on without --listen: E2B
@@ -37,7 +35,7 @@ const DefaultListen = "127.0.0.1:49983"
 
 // Register defines the envd flags on fs, each stored in f.
 func (f *Flags) Register(fs *flag.FlagSet) {
-	f.env = envFlag{}
+	f.env = cmdline.KeyValues{}
 	fs.StringVar(&f.Listen, "listen", DefaultListen, "address: host:port or unix:/path/to/socket")
 	fs.StringVar(&f.Root, "root", "", "workspace directory: relative paths and the default cwd resolve against it (required)")
 	fs.BoolVar(&f.Confine, "confine", false, "refuse any path that resolves (symlinks followed) outside --root")
@@ -58,94 +56,14 @@ func (f *Flags) Run(ctx context.Context, log *slog.Logger) error {
 	cfg := f.Config
 	cfg.Env = f.env
 	cfg.Logger = log
-	var ready io.Writer
-	if f.ReadyFD > 0 {
-		file, err := openReadyFD(f.ReadyFD)
-		if err != nil {
-			return err
-		}
-		// Closed as soon as the line is written: processes the daemon
-		// spawns must not inherit it.
-		ready = closeAfterWrite{file}
-		defer func() { _ = file.Close() }()
+	// The ready descriptor is closed as soon as Run writes its line:
+	// processes the daemon spawns must not inherit it.
+	ready, err := cmdline.OpenReadyFD(f.ReadyFD)
+	if err != nil {
+		return err
 	}
-	return Run(ctx, cfg, f.Listen, ready)
-}
-
-// openReadyFD opens the inherited descriptor fd of --ready-fd, refusing one
-// that is not open: a daemon nobody hears is ready would be waited for
-// forever.
-func openReadyFD(fd int) (*os.File, error) {
-	if _, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0); err != nil {
-		return nil, fmt.Errorf("--ready-fd %d is not open: %w", fd, err)
-	}
-	return os.NewFile(uintptr(fd), "ready-fd"), nil
-}
-
-// closeAfterWrite closes its file after the first write.
-type closeAfterWrite struct{ f *os.File }
-
-func (c closeAfterWrite) Write(p []byte) (int, error) {
-	n, err := c.f.Write(p)
-	if cerr := c.f.Close(); err == nil && cerr != nil && !errors.Is(cerr, os.ErrClosed) {
-		err = cerr
-	}
-	return n, err
-}
-
-// envFlag is the repeatable KEY=VALUE flag --env.
-type envFlag map[string]string
-
-func (m envFlag) String() string {
-	parts := make([]string, 0, len(m))
-	for k, v := range m {
-		parts = append(parts, k+"="+v)
-	}
-	slices.Sort(parts)
-	return strings.Join(parts, ",")
-}
-
-// Set adds one KEY=VALUE; from the environment, several are separated by
-// newlines (values may contain commas).
-func (m envFlag) Set(v string) error {
-	for _, item := range strings.FieldsFunc(v, func(r rune) bool { return r == '\n' }) {
-		k, val, ok := strings.Cut(item, "=")
-		if !ok || k == "" {
-			return fmt.Errorf("%q is not KEY=VALUE", item)
-		}
-		m[k] = val
-	}
-	return nil
-}
-
-// EnvName is the environment variable that sets flag name when the command
-// line does not: SANDBOX_MCP_<NAME>, upper case, dashes as underscores
-// (--access-token → SANDBOX_MCP_ACCESS_TOKEN), as for every sandbox-mcp
-// command.
-func EnvName(name string) string {
-	return "SANDBOX_MCP_" + strings.ToUpper(strings.ReplaceAll(name, "-", "_"))
-}
-
-// ApplyEnv sets every flag of fs not given on the command line from its
-// EnvName variable, as lookup (os.LookupEnv) finds it. Call it after
-// fs.Parse.
-func ApplyEnv(fs *flag.FlagSet, lookup func(string) (string, bool)) error {
-	given := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
-	var errs []error
-	fs.VisitAll(func(f *flag.Flag) {
-		if given[f.Name] {
-			return
-		}
-		v, ok := lookup(EnvName(f.Name))
-		if !ok {
-			return
-		}
-		if err := fs.Set(f.Name, v); err != nil {
-			errs = append(errs, fmt.Errorf("%s=%q: %w", EnvName(f.Name), v, err))
-		}
-	})
-	return errors.Join(errs...)
+	defer func() { _ = ready.Close() }()
+	return Run(ctx, cfg, f.Listen, ready.Writer())
 }
 
 // CommandName is the name of the lean envd binary Main runs as.
@@ -159,7 +77,7 @@ const CommandName = "sandbox-envd"
 // envd` run with the same arguments), then the flags of Flags.Register and
 // --log-format (text or json, default text) and --log-level (debug, info,
 // warn or error, default info); every flag not given is taken from its
-// EnvName variable when set. Logs go to stderr.
+// cmdline.EnvName variable when set. Logs go to stderr.
 func Main(ctx context.Context, args []string, stderr io.Writer) int {
 	if len(args) > 0 && args[0] == "envd" {
 		args = args[1:]
@@ -189,7 +107,7 @@ func Main(ctx context.Context, args []string, stderr io.Writer) int {
 	if fs.NArg() > 0 {
 		return usageError(fmt.Errorf("unexpected arguments %q", fs.Args()))
 	}
-	if err := ApplyEnv(fs, os.LookupEnv); err != nil {
+	if err := cmdline.ApplyEnv(fs, os.LookupEnv); err != nil {
 		return usageError(err)
 	}
 	log, err := newLogger(stderr, *logFormat, *logLevel)

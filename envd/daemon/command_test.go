@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sandbox-mcp/sandbox-mcp/internal/cmdline"
+
 	"github.com/sandbox-mcp/sandbox-mcp/envd/daemon"
 )
 
@@ -30,7 +32,7 @@ func TestFlagsFromEnvironment(t *testing.T) {
 		"SANDBOX_MCP_ENV":              "A=1,2\nB=3",
 	}
 	lookup := func(k string) (string, bool) { v, ok := env[k]; return v, ok }
-	if err := daemon.ApplyEnv(fs, lookup); err != nil {
+	if err := cmdline.ApplyEnv(fs, lookup); err != nil {
 		t.Fatal(err)
 	}
 	if f.Root != "/from/flag" || f.Listen != "unix:/run/envd.sock" || !f.Confine || f.AccessToken != "t0ken" ||
@@ -43,7 +45,7 @@ func TestFlagsFromEnvironment(t *testing.T) {
 	fs = flag.NewFlagSet("envd", flag.ContinueOnError)
 	f.Register(fs)
 	env = map[string]string{"SANDBOX_MCP_MAX_UPLOAD_BYTES": "lots"}
-	if err := daemon.ApplyEnv(fs, lookup); err == nil || !strings.Contains(err.Error(), "SANDBOX_MCP_MAX_UPLOAD_BYTES") {
+	if err := cmdline.ApplyEnv(fs, lookup); err == nil || !strings.Contains(err.Error(), "SANDBOX_MCP_MAX_UPLOAD_BYTES") {
 		t.Errorf("bad value: %v", err)
 	}
 }

@@ -1,4 +1,4 @@
-package main
+package cmdline
 
 import (
 	"errors"
@@ -9,32 +9,32 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// readyFD is the inherited descriptor of --ready-fd, on which serve --http
+// ReadyFD is the inherited descriptor of --ready-fd, on which serve --http
 // and envd tell the parent that started them that they listen: one
 // "ready ADDR" line, so the parent waits without polling. The descriptor is
 // closed right after that line, so that processes started later (in
 // sandboxes, or by the daemon) do not inherit it.
-type readyFD struct {
+type ReadyFD struct {
 	fd int
 	f  *os.File
 }
 
-// openReadyFD opens --ready-fd's descriptor fd; 0 means none and gives nil.
+// OpenReadyFD opens --ready-fd's descriptor fd; 0 means none and gives nil.
 // It refuses a descriptor that is not open: a server nobody hears is ready
 // would leave its parent waiting forever.
-func openReadyFD(fd int) (*readyFD, error) {
+func OpenReadyFD(fd int) (*ReadyFD, error) {
 	if fd <= 0 {
 		return nil, nil
 	}
 	if _, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0); err != nil {
 		return nil, fmt.Errorf("--ready-fd %d is not open: %w", fd, err)
 	}
-	return &readyFD{fd: fd, f: os.NewFile(uintptr(fd), "ready-fd")}, nil
+	return &ReadyFD{fd: fd, f: os.NewFile(uintptr(fd), "ready-fd")}, nil
 }
 
 // Write writes p, then closes the descriptor: the ready line is the only
 // thing ever written to it.
-func (r *readyFD) Write(p []byte) (int, error) {
+func (r *ReadyFD) Write(p []byte) (int, error) {
 	n, err := r.f.Write(p)
 	if cerr := r.f.Close(); err == nil && cerr != nil && !errors.Is(cerr, os.ErrClosed) {
 		err = cerr
@@ -42,9 +42,9 @@ func (r *readyFD) Write(p []byte) (int, error) {
 	return n, err
 }
 
-// announce writes "ready ADDR" (and closes the descriptor); with no
+// Announce writes "ready ADDR" (and closes the descriptor); with no
 // --ready-fd (r nil) it does nothing.
-func (r *readyFD) announce(addr string) error {
+func (r *ReadyFD) Announce(addr string) error {
 	if r == nil {
 		return nil
 	}
@@ -54,9 +54,9 @@ func (r *readyFD) announce(addr string) error {
 	return nil
 }
 
-// writer returns r as the io.Writer daemon.Run announces on, which writes
+// Writer returns r as an io.Writer for code that writes the ready line itself (daemon.Run), which writes
 // the same "ready ADDR" line; nil (no --ready-fd) when r is nil.
-func (r *readyFD) writer() io.Writer {
+func (r *ReadyFD) Writer() io.Writer {
 	if r == nil {
 		return nil
 	}
@@ -65,7 +65,7 @@ func (r *readyFD) writer() io.Writer {
 
 // Close closes the descriptor unless the ready line already did; it is
 // safe on nil and more than once.
-func (r *readyFD) Close() error {
+func (r *ReadyFD) Close() error {
 	if r == nil {
 		return nil
 	}

@@ -1,4 +1,4 @@
-package main
+package cmdline
 
 import (
 	"io"
@@ -24,11 +24,11 @@ func TestReadyFD(t *testing.T) {
 		t.Fatal(err)
 	}
 	pw.Close()
-	ready, err := openReadyFD(fd)
+	ready, err := OpenReadyFD(fd)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := ready.announce("http://127.0.0.1:1/mcp"); err != nil {
+	if err := ready.Announce("http://127.0.0.1:1/mcp"); err != nil {
 		t.Fatal(err)
 	}
 	got, err := io.ReadAll(pr) // ends only once the descriptor is closed
@@ -39,14 +39,14 @@ func TestReadyFD(t *testing.T) {
 		t.Errorf("Close after the ready line: %v", err)
 	}
 
-	none, err := openReadyFD(0)
-	if err != nil || none != nil || none.writer() != nil || none.announce("x") != nil || none.Close() != nil {
+	none, err := OpenReadyFD(0)
+	if err != nil || none != nil || none.Writer() != nil || none.Announce("x") != nil || none.Close() != nil {
 		t.Errorf("no --ready-fd: %v %v", none, err)
 	}
 
 	// The largest descriptor number: never open.
 	const closed = 1<<31 - 1
-	if _, err := openReadyFD(closed); err == nil || !strings.Contains(err.Error(), "--ready-fd") {
+	if _, err := OpenReadyFD(closed); err == nil || !strings.Contains(err.Error(), "--ready-fd") {
 		t.Errorf("a descriptor that is not open: %v", err)
 	}
 }
