@@ -25,7 +25,11 @@ import (
 const captureTimeout = 10 * time.Second
 
 // captureLimit is the most output the capture keeps: two environments.
-const captureLimit = 1 << 20
+// captureStderrLimit is what it keeps of stderr, for the log when it fails.
+const (
+	captureLimit       = 1 << 20
+	captureStderrLimit = 2 << 10
+)
 
 // The capture prints the non-login environment, baseMarker, then, from the
 // login shell after its profile ran, loginMarker and the login environment.
@@ -120,7 +124,7 @@ func (e *captureError) Error() string { return "login environment capture: " + e
 // what it printed.
 func captureLoginEnv(ctx context.Context, cli *client.Client, sh string) (map[string]string, error) {
 	res, err := cli.Run(ctx, client.Command{Cmd: sh, Args: []string{"-c", captureScript, sh}, Timeout: captureTimeout},
-		client.RunOptions{StdoutLimit: captureLimit, StderrLimit: -1})
+		client.RunOptions{StdoutLimit: captureLimit, StderrLimit: captureStderrLimit})
 	switch {
 	case err != nil && (ctx.Err() != nil || client.IsPossibleLoss(err)):
 		return nil, err
@@ -129,7 +133,7 @@ func captureLoginEnv(ctx context.Context, cli *client.Client, sh string) (map[st
 	case res.TimedOut:
 		return nil, &captureError{reason: fmt.Sprintf("timed out after %s", captureTimeout)}
 	case res.ExitCode != 0:
-		return nil, &captureError{reason: fmt.Sprintf("exit status %d", res.ExitCode)}
+		return nil, &captureError{reason: fmt.Sprintf("exit status %d: %q", res.ExitCode, bytes.TrimSpace(res.Stderr.Bytes()))}
 	case res.Stdout.Truncated:
 		return nil, &captureError{reason: fmt.Sprintf("more than %d bytes of output", captureLimit)}
 	}

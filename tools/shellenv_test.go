@@ -1,7 +1,9 @@
 package tools
 
 import (
+	"bytes"
 	"context"
+	"log/slog"
 	"maps"
 	"slices"
 	"strings"
@@ -222,9 +224,12 @@ func TestWorkspaceExecLoginEnvironment(t *testing.T) {
 	}
 }
 
-// A profile that makes the capture fail leaves the sandbox on bash -lc.
+// A profile that makes the capture fail leaves the sandbox on bash -lc,
+// logged once.
 func TestWorkspaceExecCaptureFailsFallsBackToLogin(t *testing.T) {
 	h := newHarness(t, harnessOptions{})
+	var logs bytes.Buffer
+	h.deps.Logger = slog.New(slog.NewTextHandler(&logs, nil))
 	h.ok("put_files", map[string]any{"files": []map[string]any{
 		{"path": ".bash_profile", "content": "[ -e \"$HOME/fixed\" ] || exit 7\nexport SMCP_PROFILE_VAR=fixed\n"},
 	}}, nil)
@@ -236,6 +241,9 @@ func TestWorkspaceExecCaptureFailsFallsBackToLogin(t *testing.T) {
 	out = h.execOK(map[string]any{"command": `shopt -q login_shell && echo login; echo "$SMCP_PROFILE_VAR"`})
 	if got := valueOf(out.Stdout); got != "login\nfixed\n" {
 		t.Errorf("after the capture failed: %q, want a login shell", got)
+	}
+	if n := strings.Count(logs.String(), "could not capture the sandbox's login environment"); n != 1 || !strings.Contains(logs.String(), "exit status 7") {
+		t.Errorf("logged %d times, want once with the exit status:\n%s", n, logs.String())
 	}
 }
 
