@@ -31,13 +31,15 @@ const (
 	captureStderrLimit = 2 << 10
 )
 
-// The capture prints the non-login environment, baseMarker, then, from the
-// login shell after its profile ran, loginMarker and the login environment.
-// Neither marker holds '=', so neither can be a variable; loginMarker starts
-// with a NUL so whatever the profile printed stays apart from it.
+// The capture prints the non-login environment and baseMarker, then, from
+// the login shell after its profile ran, a NUL (so that whatever the profile
+// printed stays apart), loginMarker and the login environment; env -0 ends
+// each variable with a NUL, as the markers are ended. Neither marker holds
+// '=', so neither can be a variable. A sandbox whose env lacks -0 fails the
+// capture and keeps bash -lc.
 const (
-	baseMarker  = "sandbox-mcp:login-env"
-	loginMarker = "sandbox-mcp:env"
+	baseMarker  = "sandbox-mcp:base-env-end"
+	loginMarker = "sandbox-mcp:login-env"
 )
 
 // captureScript runs as `bash -c captureScript bash`: "$0" is the shell, so
@@ -54,7 +56,8 @@ type shellProfile struct {
 	// or "/bin/sh".
 	shell string
 	// env is what the login profile adds to the sandbox's environment (PATH
-	// merged, see mergePath); nil when it adds nothing.
+	// merged, see mergePath); nil when it adds nothing. Every call of the
+	// sandbox shares it, so nothing changes it.
 	env map[string]string
 	// loginOnly is set when the capture failed: every command runs in a
 	// login shell, as it did before the capture existed.
