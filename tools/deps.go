@@ -1,12 +1,10 @@
 package tools
 
 import (
-	"context"
 	"log/slog"
 	"sync"
 	"time"
 
-	"github.com/sandbox-mcp/sandbox-mcp/envd/client"
 	"github.com/sandbox-mcp/sandbox-mcp/manage"
 )
 
@@ -140,63 +138,4 @@ func (r *runCounter) drop(key string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	delete(r.n, key)
-}
-
-// maxShellCache bounds shellCache; past it the cache starts over (a probe per
-// sandbox is cheap, an unbounded map in a long-lived server is not).
-const maxShellCache = 4096
-
-// shellCache remembers, per sandbox id, which shell runs command strings:
-// bash (as a login shell, so profiles set PATH as a user expects) where the
-// sandbox has it, else sh. It is safe for concurrent use; the zero value is
-// ready.
-type shellCache struct {
-	mu     sync.Mutex
-	shells map[string]string
-}
-
-// shellFor returns the shell of the lease's sandbox, detecting it on first
-// use: a Stat of /bin/bash, and, when that is refused (a daemon confined to
-// the workspace cannot stat system files), a probe that runs bash.
-func (s *shellCache) shellFor(ctx context.Context, c *Call, l *manage.Lease) (string, error) {
-	s.mu.Lock()
-	sh, ok := s.shells[l.Sandbox.ID]
-	s.mu.Unlock()
-	if ok {
-		return sh, nil
-	}
-	sh, err := detectShell(ctx, l.Client)
-	if err != nil {
-		return "", c.Check(err)
-	}
-	s.mu.Lock()
-	if s.shells == nil || len(s.shells) >= maxShellCache {
-		s.shells = map[string]string{}
-	}
-	s.shells[l.Sandbox.ID] = sh
-	s.mu.Unlock()
-	return sh, nil
-}
-
-func detectShell(ctx context.Context, cli *client.Client) (string, error) {
-	e, err := cli.Stat(ctx, "/bin/bash")
-	switch {
-	case err == nil && e.Type != client.TypeDir:
-		return "/bin/bash", nil
-	case client.IsNotFound(err):
-		return "/bin/sh", nil
-	case err != nil && client.IsPossibleLoss(err):
-		return "", err
-	}
-	res, err := cli.Run(ctx, client.Command{Cmd: "bash", Args: []string{"-c", ":"}, Timeout: 30 * time.Second},
-		client.RunOptions{StdoutLimit: -1, StderrLimit: -1})
-	switch {
-	case client.IsNotFound(err):
-		return "/bin/sh", nil
-	case err != nil:
-		return "", err
-	case res.ExitCode != 0:
-		return "/bin/sh", nil
-	}
-	return "bash", nil
 }

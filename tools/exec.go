@@ -20,7 +20,8 @@ const maxTimeoutSec = 366 * 24 * 3600
 
 // execInput is workspace_exec's arguments.
 type execInput struct {
-	Command    string            `json:"command,omitempty" jsonschema_description:"A shell command line, run with bash -lc (or sh -c where the sandbox has no bash). Pipes, redirections, && and globs work. Give either command or argv, not both."`
+	Command    string            `json:"command,omitempty" jsonschema_description:"A shell command line, run with bash -c in the sandbox's login environment (what its login profile sets, read once per sandbox; PATH keeps the sandbox's own directories and gains the profile's; bash -lc if the profile cannot be read that way), or with sh -c where the sandbox has no bash. Pipes, redirections, && and globs work. Give either command or argv, not both."`
+	Login      bool              `json:"login,omitempty" jsonschema_description:"Run the command in a login shell (bash -lc, or sh -lc where there is no bash), which re-reads the profile on each call; by default the login environment is captured once per sandbox and each command runs with bash -c. Use it when a profile (~/.profile, ~/.bash_profile) changed since the sandbox's first command. Default false; only with command."`
 	Argv       []string          `json:"argv,omitempty" jsonschema:"minItems=1" jsonschema_description:"The program and its arguments, run directly without a shell (no quoting needed). argv[0] is looked up in PATH. Give either command or argv, not both."`
 	Cwd        string            `json:"cwd,omitempty" jsonschema_description:"Working directory, relative to the workspace root. Default: the workspace root. It must exist."`
 	Env        map[string]string `json:"env,omitempty" jsonschema_description:"Extra environment variables for this command only, as NAME: value pairs."`
@@ -70,7 +71,7 @@ func WorkspaceExec(d *Deps) Tool {
 	return define(d, spec[execInput, execOutput]{
 		name:  "workspace_exec",
 		title: "Run a command in the workspace",
-		description: "Run a shell command (bash -lc) or an argv in the sandbox's workspace and wait for it; returns exit_code, stdout, stderr and timing. " +
+		description: "Run a shell command (bash -c, in the sandbox's login environment) or an argv in the sandbox's workspace and wait for it; returns exit_code, stdout, stderr and timing. " +
 			"A non-zero exit code is a normal result, not a failure of the tool. Each stream is shown inline up to the server's limit (first and last part, with a marker) and saved whole in a log under .sandbox-mcp/runs/ that read_files can page through. " +
 			"Commands are killed at timeout_sec (the server clamps it to its ceiling). For servers, watchers or anything long, set background: true and follow the process with process_output.",
 		toolset: ToolsetExec,
@@ -109,6 +110,9 @@ func checkExec(d *Deps, in *execInput) (*execPlan, error) {
 	}
 	if strings.IndexByte(in.Command, 0) >= 0 {
 		return nil, inputErr("command", "contains a NUL byte")
+	}
+	if in.Login && in.Command == "" {
+		return nil, inputErr("login", "applies only to command: argv runs without a shell")
 	}
 	if len(in.Argv) > 0 && in.Argv[0] == "" {
 		return nil, inputErr("argv[0]", "is empty: it must name the program to run")
@@ -186,14 +190,11 @@ func runExec(ctx context.Context, c *Call, in *execInput) (*execOutput, error) {
 	}
 	cmd := client.Command{Env: in.Env, Cwd: cwd, Timeout: plan.timeout}
 	if in.Command != "" {
-		sh, err := c.d.shell.shellFor(ctx, c, lease)
+		prof, err := c.d.shell.profileFor(ctx, c, lease)
 		if err != nil {
 			return nil, err
 		}
-		cmd.Cmd, cmd.Args = sh, []string{"-c", in.Command}
-		if path.Base(sh) == "bash" {
-			cmd.Args = []string{"-lc", in.Command}
-		}
+		cmd.Cmd, cmd.Args, cmd.Env = prof.command(in.Command, in.Login, in.Env)
 	} else {
 		cmd.Cmd, cmd.Args = in.Argv[0], in.Argv[1:]
 	}

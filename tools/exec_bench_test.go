@@ -15,19 +15,21 @@ func (h *harness) exec(args map[string]any) { h.ok("workspace_exec", args, nil) 
 
 // BenchmarkWorkspaceExecTrue is the whole path of a trivial command: MCP
 // call, argument checks, lease, envd Run, result shaping. command goes
-// through bash -lc (profiles read); argv starts true directly, as
-// BenchmarkEnvdRunTrue does.
+// through bash -c with the login environment captured on the first call;
+// login goes through bash -lc (profiles read on each call); argv starts true
+// directly, as BenchmarkEnvdRunTrue does.
 func BenchmarkWorkspaceExecTrue(b *testing.B) {
 	for _, tc := range []struct {
 		name string
 		args map[string]any
 	}{
 		{"command", map[string]any{"command": "true"}},
+		{"login", map[string]any{"command": "true", "login": true}},
 		{"argv", map[string]any{"argv": []string{"true"}}},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
 			h := newHarness(b, harnessOptions{})
-			h.exec(tc.args) // shell detection, first connection
+			h.exec(tc.args) // shell detection and capture, first connection
 			b.ReportAllocs()
 			b.ResetTimer()
 			for b.Loop() {

@@ -98,10 +98,16 @@ func TestWorkspaceExecCommandAndArgv(t *testing.T) {
 		t.Fatalf("unknown argv[0]: %s", msg)
 	}
 
-	// The command is a login bash where there is one.
-	out = h.execOK(map[string]any{"command": `echo "$0"; shopt -q login_shell && echo login`})
-	if s := valueOf(out.Stdout); s != "bash\nlogin\n" && s != "/bin/bash\nlogin\n" && s != "sh\n" && s != "/bin/sh\n" {
+	// The command is bash where there is one, not a login shell unless
+	// login asks for one.
+	probe := `echo "$0"; shopt -q login_shell && echo login`
+	out = h.execOK(map[string]any{"command": probe})
+	if s := valueOf(out.Stdout); s != "bash\n" && s != "/bin/bash\n" && s != "sh\n" && s != "/bin/sh\n" {
 		t.Fatalf("shell: %q", s)
+	}
+	out = h.execOK(map[string]any{"command": probe, "login": true})
+	if s := valueOf(out.Stdout); s != "bash\nlogin\n" && s != "/bin/bash\nlogin\n" && s != "sh\n" && s != "/bin/sh\n" {
+		t.Fatalf("login shell: %q", s)
 	}
 }
 
@@ -175,6 +181,8 @@ func TestWorkspaceExecBadInput(t *testing.T) {
 		{"NUL in command", map[string]any{"command": "echo \x00"}, "NUL"},
 		{"NUL in argv", map[string]any{"argv": []string{"echo", "a\x00b"}}, "argv[1]"},
 		{"bad env name", map[string]any{"command": "true", "env": map[string]string{"A=B": "x"}}, "env"},
+		{"login with argv", map[string]any{"argv": []string{"true"}, "login": true}, "login"},
+		{"login not a boolean", map[string]any{"command": "true", "login": "yes"}, "login"},
 		{"zero timeout", map[string]any{"command": "true", "timeout_sec": 0}, "timeout_sec"},
 		{"negative timeout", map[string]any{"command": "true", "timeout_sec": -5}, "timeout_sec"},
 		{"fractional timeout", map[string]any{"command": "true", "timeout_sec": 1.5}, "timeout_sec"},
