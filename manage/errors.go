@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/sandbox-mcp/sandbox-mcp/envd/client"
+	"github.com/sandbox-mcp/sandbox-mcp/envd/envdclient"
 )
 
 // LostError reports that the sandbox behind an operation was lost (gone, or
@@ -56,7 +56,7 @@ func (e *LostError) forOperation(cause error, acquired time.Time) *LostError {
 // endedAt (zero when unknown): nothing was sent, or the sandbox had ended
 // before the operation began.
 func neverRan(cause error, endedAt, acquired time.Time) bool {
-	return client.NotSent(cause) || (!endedAt.IsZero() && endedAt.Before(acquired))
+	return envdclient.NotSent(cause) || (!endedAt.IsZero() && endedAt.Before(acquired))
 }
 
 // Error says what was lost, whether it was replaced, and whether the

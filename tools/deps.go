@@ -6,7 +6,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/sandbox-mcp/sandbox-mcp/envd/client"
+	"github.com/sandbox-mcp/sandbox-mcp/envd/envdclient"
 	"github.com/sandbox-mcp/sandbox-mcp/manage"
 )
 
@@ -178,20 +178,20 @@ func (s *shellCache) shellFor(ctx context.Context, c *Call, l *manage.Lease) (st
 	return sh, nil
 }
 
-func detectShell(ctx context.Context, cli *client.Client) (string, error) {
+func detectShell(ctx context.Context, cli *envdclient.Client) (string, error) {
 	e, err := cli.Stat(ctx, "/bin/bash")
 	switch {
-	case err == nil && e.Type != client.TypeDir:
+	case err == nil && e.Type != envdclient.TypeDir:
 		return "/bin/bash", nil
-	case client.IsNotFound(err):
+	case envdclient.IsNotFound(err):
 		return "/bin/sh", nil
-	case err != nil && client.IsPossibleLoss(err):
+	case err != nil && envdclient.IsPossibleLoss(err):
 		return "", err
 	}
-	res, err := cli.Run(ctx, client.Command{Cmd: "bash", Args: []string{"-c", ":"}, Timeout: 30 * time.Second},
-		client.RunOptions{StdoutLimit: -1, StderrLimit: -1})
+	res, err := cli.Run(ctx, envdclient.Command{Cmd: "bash", Args: []string{"-c", ":"}, Timeout: 30 * time.Second},
+		envdclient.RunOptions{StdoutLimit: -1, StderrLimit: -1})
 	switch {
-	case client.IsNotFound(err):
+	case envdclient.IsNotFound(err):
 		return "/bin/sh", nil
 	case err != nil:
 		return "", err
