@@ -328,7 +328,7 @@ func startBackground(ctx context.Context, c *Call, lease *manage.Lease, r *pathR
 	cmd.Cmd = "/bin/sh"
 	cmd.Args = append([]string{"-c", backgroundScript, "sh", logAbs, linkPrefix, runID}, user...)
 	cmd.Tag = newProcessTag(tagBg, runID)
-	h, err := lease.Client.Start(ctx, cmd, true, envdclient.StartOptions{StdoutLimit: -1, StderrLimit: -1})
+	h, err := lease.Client.Start(ctx, cmd, envdclient.StartOptions{Stdin: true, StdoutLimit: -1, StderrLimit: -1})
 	if err != nil {
 		return nil, c.Check(err)
 	}

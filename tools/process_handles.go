@@ -185,7 +185,7 @@ func adoptProcess(ctx context.Context, c *Call, lease *manage.Lease, ref handleR
 		if e.command == "" {
 			e.command = describeBackgroundArgs(running.Args)
 		}
-		h, err := cli.Connect(ctx, envdclient.ByPid(pid), envdclient.StartOptions{StdoutLimit: -1, StderrLimit: -1})
+		h, err := cli.Connect(ctx, envdclient.ByPid(pid), envdclient.RunOptions{StdoutLimit: -1, StderrLimit: -1})
 		if err == nil {
 			c.d.procs.add(c.ws.Key, e, h)
 			return e, nil

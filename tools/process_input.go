@@ -130,7 +130,7 @@ func sendInput(ctx context.Context, cli *envdclient.Client, pid uint32, data []b
 	written := 0
 	for len(data) > 0 {
 		n := min(len(data), stdinFrame)
-		if err := cli.SendInput(ctx, envdclient.ByPid(pid), data[:n], false); err != nil {
+		if err := cli.SendInput(ctx, envdclient.ByPid(pid), data[:n]); err != nil {
 			return written, err
 		}
 		written += n

@@ -163,7 +163,7 @@ func waitForOutput(ctx context.Context, c *Call, cli *envdclient.Client, e *proc
 			ticker.Stop()
 		}
 	}()
-	w, err := cli.Watch(ctx, e.runDirAbs, false, false)
+	w, err := cli.Watch(ctx, e.runDirAbs, envdclient.WatchOptions{})
 	switch {
 	case err == nil:
 		defer w.Close()

@@ -197,7 +197,7 @@ func TestCancelKillsProcess(t *testing.T) {
 // when envd no longer knows it at all.
 func waitEnd(t *testing.T, c *envdclient.Client, sel envdclient.Selector) *envdclient.Result {
 	t.Helper()
-	h, err := c.Connect(t.Context(), sel, envdclient.StartOptions{})
+	h, err := c.Connect(t.Context(), sel, envdclient.RunOptions{})
 	if envdclient.IsNotFound(err) {
 		return nil
 	}
@@ -339,7 +339,7 @@ func assertNoProcessTagged(t *testing.T, c *envdclient.Client, tag string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
-	h, err := c.Connect(ctx, envdclient.ByTag(tag), envdclient.StartOptions{})
+	h, err := c.Connect(ctx, envdclient.ByTag(tag), envdclient.RunOptions{})
 	if envdclient.IsNotFound(err) {
 		return
 	}
@@ -379,7 +379,7 @@ func TestCancelledBeforeStartEventKills(t *testing.T) {
 			return err
 		},
 		"Start": func(c *envdclient.Client, ctx context.Context, cmd envdclient.Command) error {
-			h, err := c.Start(ctx, cmd, false, envdclient.StartOptions{})
+			h, err := c.Start(ctx, cmd, envdclient.StartOptions{})
 			if err == nil {
 				_ = h.Kill(context.Background())
 				err = errors.New("Start returned a handle")
@@ -424,7 +424,7 @@ func TestWatchCancelledBeforeStartEvent(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	errc := make(chan error, 1)
 	go func() {
-		w, err := c.Watch(ctx, "", false, false)
+		w, err := c.Watch(ctx, "", envdclient.WatchOptions{})
 		if err == nil {
 			w.Close()
 			err = errors.New("Watch returned a watcher")
@@ -454,7 +454,7 @@ func TestStartAlreadyCancelledKills(t *testing.T) {
 	for i := range 10 {
 		cmd := sh("exec sleep 300")
 		cmd.Tag = fmt.Sprintf("start-cancelled-%d", i)
-		if h, err := c.Start(ctx, cmd, false, envdclient.StartOptions{}); connect.CodeOf(err) != connect.CodeCanceled {
+		if h, err := c.Start(ctx, cmd, envdclient.StartOptions{}); connect.CodeOf(err) != connect.CodeCanceled {
 			if err == nil {
 				_ = h.Kill(t.Context())
 			}
@@ -472,7 +472,7 @@ func TestBackgroundHandleReconnectAndList(t *testing.T) {
 	ctx := t.Context()
 	cmd := sh(`read line; echo "got $line"; read line2; echo "then $line2"; exit 3`)
 	cmd.Tag = "bg-1"
-	h, err := c.Start(ctx, cmd, true, envdclient.StartOptions{})
+	h, err := c.Start(ctx, cmd, envdclient.StartOptions{Stdin: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -489,11 +489,11 @@ func TestBackgroundHandleReconnectAndList(t *testing.T) {
 	}
 	// Drop the first handle: the process keeps running.
 	h.Disconnect()
-	byPid, err := c.Connect(ctx, envdclient.ByPid(h.Pid()), envdclient.StartOptions{})
+	byPid, err := c.Connect(ctx, envdclient.ByPid(h.Pid()), envdclient.RunOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	byTag, err := c.Connect(ctx, envdclient.ByTag("bg-1"), envdclient.StartOptions{})
+	byTag, err := c.Connect(ctx, envdclient.ByTag("bg-1"), envdclient.RunOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -515,7 +515,7 @@ func TestBackgroundHandleReconnectAndList(t *testing.T) {
 	if err := c.Kill(ctx, envdclient.ByPid(h.Pid())); err != nil {
 		t.Errorf("Kill of an ended process = %v; want nil (already gone is success)", err)
 	}
-	if _, err := c.Connect(ctx, envdclient.ByPid(999999), envdclient.StartOptions{}); !envdclient.IsNotFound(err) {
+	if _, err := c.Connect(ctx, envdclient.ByPid(999999), envdclient.RunOptions{}); !envdclient.IsNotFound(err) {
 		t.Errorf("Connect to an unknown pid = %v; want not_found", err)
 	}
 }
@@ -523,7 +523,7 @@ func TestBackgroundHandleReconnectAndList(t *testing.T) {
 func TestCloseStdinGivesEOF(t *testing.T) {
 	c := newClient(t, envdtest.Serve(t, "unix", daemon.Config{}).Endpoint)
 	ctx := t.Context()
-	h, err := c.Start(ctx, sh("wc -c"), true, envdclient.StartOptions{})
+	h, err := c.Start(ctx, sh("wc -c"), envdclient.StartOptions{Stdin: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -541,7 +541,7 @@ func TestCloseStdinGivesEOF(t *testing.T) {
 		t.Fatalf("wc saw %q", res.Stdout.Bytes())
 	}
 	// Closing twice is not an error (on a process that outlives its stdin).
-	sleeper, err := c.Start(ctx, sh("exec sleep 300"), true, envdclient.StartOptions{})
+	sleeper, err := c.Start(ctx, sh("exec sleep 300"), envdclient.StartOptions{Stdin: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -560,14 +560,14 @@ func TestPTYEchoAndResize(t *testing.T) {
 	ctx := t.Context()
 	cmd := sh(`stty size; read x; stty size; echo "typed:$x"`)
 	cmd.PTY = &envdclient.PTYSize{Cols: 100, Rows: 40}
-	h, err := c.Start(ctx, cmd, false, envdclient.StartOptions{})
+	h, err := c.Start(ctx, cmd, envdclient.StartOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := c.Resize(ctx, envdclient.ByPid(h.Pid()), envdclient.PTYSize{Cols: 120, Rows: 50}); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.SendInput(ctx, envdclient.ByPid(h.Pid()), []byte("hello\r"), true); err != nil {
+	if err := c.SendPTYInput(ctx, envdclient.ByPid(h.Pid()), []byte("hello\r")); err != nil {
 		t.Fatal(err)
 	}
 	res, err := h.Wait(ctx)
@@ -716,7 +716,7 @@ func TestWatch(t *testing.T) {
 	if _, err := c.MakeDir(ctx, "w"); err != nil {
 		t.Fatal(err)
 	}
-	w, err := c.Watch(ctx, "w", true, true)
+	w, err := c.Watch(ctx, "w", envdclient.WatchOptions{Recursive: true, IncludeEntry: true})
 	if err != nil {
 		t.Fatal(err)
 	}

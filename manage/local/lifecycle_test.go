@@ -204,7 +204,7 @@ func TestPauseResume(t *testing.T) {
 func testPauseResume(t *testing.T, p *Provider, checkPaused func(t *testing.T, id string)) {
 	sb := create(t, p, manage.SandboxConfig{})
 	c := connectTo(t, p, sb.ID)
-	h, err := c.Start(testCtx(t), envdclient.Command{Cmd: "/bin/sh", Args: []string{"-c", "while :; do date +%s%N >> counter; sleep 0.05; done"}}, false, envdclient.StartOptions{})
+	h, err := c.Start(testCtx(t), envdclient.Command{Cmd: "/bin/sh", Args: []string{"-c", "while :; do date +%s%N >> counter; sleep 0.05; done"}}, envdclient.StartOptions{})
 	if err != nil {
 		t.Fatalf("Start: %v", err)
 	}
@@ -255,7 +255,7 @@ func TestStoppedSandboxResumes(t *testing.T) {
 	sb := create(t, p1, manage.SandboxConfig{Env: map[string]string{"KEPT": "yes"}})
 	c := connectTo(t, p1, sb.ID)
 	shOK(t, c, "echo kept > /workspace/file")
-	h, err := c.Start(testCtx(t), envdclient.Command{Cmd: "sleep", Args: []string{"1000"}}, false, envdclient.StartOptions{})
+	h, err := c.Start(testCtx(t), envdclient.Command{Cmd: "sleep", Args: []string{"1000"}}, envdclient.StartOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -218,7 +218,7 @@ func TestLocalPauseResumeKeepsProcesses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, err := l.Client.Start(ctx, shCmd("while :; do echo tick >> ticks; sleep 0.05; done"), false, envdclient.StartOptions{})
+	h, err := l.Client.Start(ctx, shCmd("while :; do echo tick >> ticks; sleep 0.05; done"), envdclient.StartOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -252,7 +252,7 @@ func TestLocalPauseResumeKeepsProcesses(t *testing.T) {
 	before := fileSize(ticks)
 	wctx, cancel := context.WithTimeout(ctx, failGuard)
 	defer cancel()
-	w, err := l.Client.Watch(wctx, "", false, false)
+	w, err := l.Client.Watch(wctx, "", envdclient.WatchOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

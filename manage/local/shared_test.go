@@ -137,7 +137,7 @@ func TestKillForeignSandbox(t *testing.T) {
 			b := newProvider(t, cfg)
 			sa := create(t, a, manage.SandboxConfig{})
 			ca := connectTo(t, a, sa.ID)
-			h, err := ca.Start(testCtx(t), envdclient.Command{Cmd: "sleep", Args: []string{"1000"}}, false, envdclient.StartOptions{})
+			h, err := ca.Start(testCtx(t), envdclient.Command{Cmd: "sleep", Args: []string{"1000"}}, envdclient.StartOptions{})
 			if err != nil {
 				t.Fatal(err)
 			}
