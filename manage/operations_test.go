@@ -42,7 +42,7 @@ func TestResetDuringRecreationDiscardsReplacement(t *testing.T) {
 	}
 	err := <-checked
 	l.Release()
-	le, ok := manage.IsLost(err)
+	le, ok := manage.AsLost(err)
 	if !ok || le.Replaced || le.ReplaceErr == nil {
 		t.Fatalf("the loss check = %v (%+v); want lost, not replaced (reset won)", err, le)
 	}
@@ -132,7 +132,7 @@ func TestReaperKillsLongPausedSandboxes(t *testing.T) {
 	}
 	// The next call learns of the loss: the command was not run.
 	_, err = m.Acquire(t.Context(), "named", true)
-	le, ok := manage.IsLost(err)
+	le, ok := manage.AsLost(err)
 	if !ok || !le.NotRun || !le.Replaced {
 		t.Fatalf("Acquire after reaping = %v; want a not-run LostError with a replacement", err)
 	}
@@ -197,7 +197,7 @@ func TestLateLossCheckCannotUndoReset(t *testing.T) {
 	close(release)
 	err = <-checked
 	l.Release()
-	if le, ok := manage.IsLost(err); !ok || le.Replaced {
+	if le, ok := manage.AsLost(err); !ok || le.Replaced {
 		t.Fatalf("late loss check = %v; want lost, not replaced", err)
 	}
 	hp.mu.Lock()

@@ -28,7 +28,7 @@ func TestLossWhileIdleIsNotRun(t *testing.T) {
 	_, err := l.Client.Run(t.Context(), sh(runs.script("true")), envdclient.RunOptions{})
 	err = l.Check(context.Background(), err)
 	l.Release()
-	le, ok := manage.IsLost(err)
+	le, ok := manage.AsLost(err)
 	if !ok {
 		t.Fatalf("after the daemon died the call returned %v; want a LostError", err)
 	}
@@ -73,7 +73,7 @@ func TestLossMidOperationMayHavePartlyRun(t *testing.T) {
 	}
 	err := <-errc
 	l.Release()
-	le, ok := manage.IsLost(err)
+	le, ok := manage.AsLost(err)
 	if !ok || le.NotRun || !le.Replaced || le.Generation != 2 {
 		t.Fatalf("mid-operation loss gave %v (%+v); want 'may have partly run', replaced with generation 2", err, le)
 	}
@@ -108,7 +108,7 @@ func TestFiftyConcurrentFailuresOneReplacement(t *testing.T) {
 	}
 	wg.Wait()
 	for i, err := range errs {
-		le, ok := manage.IsLost(err)
+		le, ok := manage.AsLost(err)
 		if !ok || !le.Replaced || le.Generation != 2 {
 			t.Errorf("call %d: %v; want the one replacement, generation 2", i, err)
 		}
@@ -132,7 +132,7 @@ func TestInconclusiveInfoReplacesNothing(t *testing.T) {
 	p.SetInfoError(errors.New("provider API unreachable"))
 	_, runErr := l.Client.Run(t.Context(), sh("true"), envdclient.RunOptions{})
 	err := l.Check(context.Background(), runErr)
-	if _, lost := manage.IsLost(err); lost || err != runErr {
+	if manage.IsLost(err) || err != runErr {
 		t.Fatalf("Check with an inconclusive Info = %v; want the original error %v", err, runErr)
 	}
 	if n := p.Creates.Load(); n != 1 {
@@ -173,7 +173,7 @@ func TestStoppedSandboxRestartsWithFilesKept(t *testing.T) {
 	_, err := l.Client.Stat(t.Context(), "keep.txt")
 	err = l.Check(context.Background(), err)
 	l.Release()
-	le, ok := manage.IsLost(err)
+	le, ok := manage.AsLost(err)
 	if !ok || !le.FilesKept || !le.Replaced || le.Generation != 2 {
 		t.Fatalf("stopped sandbox: %v (%+v); want restarted with files kept, generation 2", err, le)
 	}
@@ -194,12 +194,12 @@ func TestAutoRecreateOff(t *testing.T) {
 	_, err := l.Client.Run(t.Context(), sh("true"), envdclient.RunOptions{})
 	err = l.Check(context.Background(), err)
 	l.Release()
-	if le, ok := manage.IsLost(err); !ok || le.Replaced {
+	if le, ok := manage.AsLost(err); !ok || le.Replaced {
 		t.Fatalf("loss with auto-recreate off = %v; want lost, not replaced", err)
 	}
 	if _, err := m.Acquire(t.Context(), "k", false); err == nil {
 		t.Fatal("Acquire of a lost workspace succeeded with auto-recreate off")
-	} else if le, ok := manage.IsLost(err); !ok || !le.NotRun {
+	} else if le, ok := manage.AsLost(err); !ok || !le.NotRun {
 		t.Fatalf("Acquire of a lost workspace = %v; want a not-run LostError", err)
 	}
 	if n := p.Creates.Load(); n != 1 {

@@ -337,7 +337,7 @@ func startBackground(ctx context.Context, c *Call, lease *manage.Lease, r *pathR
 	c.d.procs.add(c.ws.Key, e, h)
 	if plan.in.Stdin != nil && *plan.in.Stdin != "" {
 		if _, err := sendInput(ctx, lease.Client, h.Pid(), []byte(*plan.in.Stdin)); err != nil {
-			if le, ok := manage.IsLost(c.Check(err)); ok {
+			if le, ok := manage.AsLost(c.Check(err)); ok {
 				return nil, le
 			}
 			c.Notice("The process started, but its stdin could not be written (%s); use process_input to try again.", rootCause(err))

@@ -315,10 +315,7 @@ func parseMode(field, s string) (fs.FileMode, error) {
 
 // isLost reports whether err is a lost sandbox, which must reach the model
 // as it is, with its notice.
-func isLost(err error) bool {
-	_, ok := manage.IsLost(err)
-	return ok
-}
+func isLost(err error) bool { return manage.IsLost(err) }
 
 // relText rewrites absolute sandbox paths under root in an envd message as
 // workspace-relative ones (the model only ever sees those).

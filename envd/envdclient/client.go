@@ -7,8 +7,8 @@
 // It speaks the Connect protocol with the binary codec to the Process and
 // Filesystem services, and plain HTTP to /files and /health. Errors are
 // *connect.Error values with connect's closed set of codes; IsPossibleLoss
-// says whether one could mean the sandbox is gone, NotSent whether the failed
-// request certainly never reached the daemon.
+// says whether one could mean the sandbox is gone, IsNotSent whether the
+// failed request certainly never reached the daemon.
 //
 // Transport rules, enforced by New and on every request:
 //   - remote endpoints only over HTTPS; plain HTTP only to a loopback address

@@ -815,12 +815,12 @@ func TestLossPredicates(t *testing.T) {
 		t.Fatal(err)
 	}
 	err := <-errc
-	if !envdclient.IsPossibleLoss(err) || envdclient.NotSent(err) {
+	if !envdclient.IsPossibleLoss(err) || envdclient.IsNotSent(err) {
 		t.Fatalf("Run cut mid-stream = %v; want a possible loss that may have been sent", err)
 	}
 	// Nobody listens any more: nothing can be sent.
 	_, err = c.Run(t.Context(), sh("true"), envdclient.RunOptions{})
-	if !envdclient.IsPossibleLoss(err) || !envdclient.NotSent(err) {
+	if !envdclient.IsPossibleLoss(err) || !envdclient.IsNotSent(err) {
 		t.Fatalf("Run against a dead socket = %v; want a possible loss, not sent", err)
 	}
 	var dial *envdclient.DialError

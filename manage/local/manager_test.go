@@ -148,7 +148,7 @@ func TestLocalDaemonKilledMidCommand(t *testing.T) {
 	}
 	returned := time.Since(killed)
 	l.Release()
-	le, ok := manage.IsLost(err)
+	le, ok := manage.AsLost(err)
 	if !ok || le.NotRun || !le.Replaced || le.Generation != 2 {
 		t.Fatalf("call during the daemon's death = %v (%+v); want 'may have partly run', replaced by generation 2", err, le)
 	}
@@ -199,7 +199,7 @@ func TestLocalDaemonKilledWhileIdle(t *testing.T) {
 	_, err = l.Client.Run(ctx, shCmd("echo ran >> count"), envdclient.RunOptions{})
 	err = l.Check(context.Background(), err)
 	l.Release()
-	le, ok := manage.IsLost(err)
+	le, ok := manage.AsLost(err)
 	if !ok || !le.NotRun || !le.Replaced || le.Generation != 2 {
 		t.Fatalf("call after an idle death = %v (%+v); want NOT run, replaced by generation 2", err, le)
 	}
