@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/sandbox-mcp/sandbox-mcp/envd/client"
+	"github.com/sandbox-mcp/sandbox-mcp/envd/envdclient"
 )
 
 // LostError reports that the sandbox behind an operation was lost (gone, or
@@ -56,7 +56,7 @@ func (e *LostError) forOperation(cause error, acquired time.Time) *LostError {
 // endedAt (zero when unknown): nothing was sent, or the sandbox had ended
 // before the operation began.
 func neverRan(cause error, endedAt, acquired time.Time) bool {
-	return client.NotSent(cause) || (!endedAt.IsZero() && endedAt.Before(acquired))
+	return envdclient.IsNotSent(cause) || (!endedAt.IsZero() && endedAt.Before(acquired))
 }
 
 // Error says what was lost, whether it was replaced, and whether the
@@ -84,8 +84,14 @@ func (e *LostError) Error() string {
 // Unwrap returns the error that revealed the loss.
 func (e *LostError) Unwrap() error { return e.Cause }
 
-// IsLost reports whether err is (or wraps) a *LostError, and returns it.
-func IsLost(err error) (*LostError, bool) {
+// IsLost reports whether err is (or wraps) a *LostError. AsLost returns it.
+func IsLost(err error) bool {
+	_, ok := AsLost(err)
+	return ok
+}
+
+// AsLost returns the *LostError err is or wraps, and whether there is one.
+func AsLost(err error) (*LostError, bool) {
 	var le *LostError
 	ok := errors.As(err, &le)
 	return le, ok

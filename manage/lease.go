@@ -7,7 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/sandbox-mcp/sandbox-mcp/envd/client"
+	"github.com/sandbox-mcp/sandbox-mcp/envd/envdclient"
 )
 
 // Lease is an operation's hold on a workspace's sandbox, bound to one
@@ -22,7 +22,7 @@ type Lease struct {
 	// Sandbox describes the sandbox.
 	Sandbox Sandbox
 	// Client reaches the sandbox's envd.
-	Client *client.Client
+	Client *envdclient.Client
 	// Events are lifecycle happenings since this workspace's previous
 	// operation that the agent should hear about (resumed, restarted, …).
 	Events []Event
@@ -128,7 +128,7 @@ func (m *Manager) leaseLocked(ws *workspace, events []Event) *Lease {
 // check or a replacement is under way, Check returns err as it is (the
 // replacement still completes for the next operation).
 func (l *Lease) Check(ctx context.Context, err error) error {
-	if err == nil || !client.IsPossibleLoss(err) {
+	if err == nil || !envdclient.IsPossibleLoss(err) {
 		return err
 	}
 	m, ws := l.m, l.ws

@@ -8,7 +8,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/sandbox-mcp/sandbox-mcp/envd/client"
+	"github.com/sandbox-mcp/sandbox-mcp/envd/envdclient"
 	"github.com/sandbox-mcp/sandbox-mcp/manage"
 	"github.com/sandbox-mcp/sandbox-mcp/manage/boltstore"
 	"github.com/sandbox-mcp/sandbox-mcp/manage/managetest"
@@ -74,7 +74,7 @@ func TestNamedWorkspaceReattachesAfterRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := l.Client.Upload(t.Context(), "notes.txt", strings.NewReader("kept"), client.UploadOptions{}); err != nil {
+	if err := l.Client.Upload(t.Context(), "notes.txt", strings.NewReader("kept"), envdclient.UploadOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	id := l.Sandbox.ID
@@ -135,7 +135,7 @@ func TestLeaseAlwaysHasAClient(t *testing.T) {
 	if l.Client == nil {
 		t.Fatal("lease without a client")
 	}
-	if res, err := l.Client.Run(t.Context(), sh("true"), client.RunOptions{}); err != nil || res.ExitCode != 0 {
+	if res, err := l.Client.Run(t.Context(), sh("true"), envdclient.RunOptions{}); err != nil || res.ExitCode != 0 {
 		t.Fatal(res, err)
 	}
 	if n := p.Creates.Load(); n != 1 {

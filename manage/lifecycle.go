@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/sandbox-mcp/sandbox-mcp/envd/client"
+	"github.com/sandbox-mcp/sandbox-mcp/envd/envdclient"
 )
 
 // A workspace changes only through transitions: one at a time, each run as
@@ -166,22 +166,22 @@ func (m *Manager) connect(ws *workspace, epoch uint64) error {
 }
 
 // newClient makes an envd client for ep, with the Manager's ClientOptions.
-func (m *Manager) newClient(ep Endpoint) (*client.Client, error) {
-	opts := []client.Option{}
+func (m *Manager) newClient(ep Endpoint) (*envdclient.Client, error) {
+	opts := []envdclient.Option{}
 	if ep.AccessToken != "" {
-		opts = append(opts, client.WithAccessToken(ep.AccessToken))
+		opts = append(opts, envdclient.WithAccessToken(ep.AccessToken))
 	}
 	if ep.RoutingID != "" {
-		opts = append(opts, client.WithSandboxRouting(ep.RoutingID, ep.RoutingPort))
+		opts = append(opts, envdclient.WithSandboxRouting(ep.RoutingID, ep.RoutingPort))
 	}
 	if ep.User != "" {
-		opts = append(opts, client.WithUser(ep.User))
+		opts = append(opts, envdclient.WithUser(ep.User))
 	}
 	if ep.EnvdVersion != "" {
-		opts = append(opts, client.WithEnvdVersion(ep.EnvdVersion))
+		opts = append(opts, envdclient.WithEnvdVersion(ep.EnvdVersion))
 	}
 	opts = append(opts, m.opts.ClientOptions...)
-	return client.New(ep.URL, opts...)
+	return envdclient.New(ep.URL, opts...)
 }
 
 // create makes a new sandbox and publishes it as generation gen. The
@@ -265,7 +265,7 @@ func (m *Manager) publish(ws *workspace, f *flight, epoch uint64, sb Sandbox, ge
 	ctx, cancel := m.callCtx()
 	defer cancel()
 	ep, err := m.opts.Provider.Endpoint(ctx, sb.ID)
-	var cli *client.Client
+	var cli *envdclient.Client
 	if err == nil {
 		cli, err = m.newClient(ep)
 	}

@@ -9,7 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/sandbox-mcp/sandbox-mcp/envd/client"
+	"github.com/sandbox-mcp/sandbox-mcp/envd/envdclient"
 )
 
 // Defaults for Options fields left zero.
@@ -45,7 +45,7 @@ type Options struct {
 	// CreateTimeout bounds Create. Default DefaultCreateTimeout.
 	CreateTimeout time.Duration
 	// ClientOptions are added to every envd client the Manager makes.
-	ClientOptions []client.Option
+	ClientOptions []envdclient.Option
 	// Logger receives lifecycle logs. Nil means slog.Default().
 	Logger *slog.Logger
 }
@@ -122,7 +122,7 @@ type workspace struct {
 	loaded   bool  // the store was consulted
 	gen      int64 // current generation (0: none yet)
 	sb       *Sandbox
-	cli      *client.Client
+	cli      *envdclient.Client
 	state    State // of the published sandbox
 	flight   *flight
 	epoch    uint64 // bumped by reset, pause, reap and close: in-flight replacements are then discarded
@@ -137,7 +137,7 @@ type workspace struct {
 // takeSandboxLocked unpublishes the workspace's sandbox, so the next
 // operation finds none, and returns the sandbox and client it had; the
 // caller closes the client. Called with ws.mu held.
-func (ws *workspace) takeSandboxLocked() (*Sandbox, *client.Client) {
+func (ws *workspace) takeSandboxLocked() (*Sandbox, *envdclient.Client) {
 	sb, cli := ws.sb, ws.cli
 	ws.sb, ws.cli, ws.state = nil, nil, ""
 	return sb, cli
@@ -153,7 +153,7 @@ func (ws *workspace) dropSandboxLocked() {
 
 // setClientLocked makes cli the workspace's envd client, closing the one it
 // replaces. Called with ws.mu held.
-func (ws *workspace) setClientLocked(cli *client.Client) {
+func (ws *workspace) setClientLocked(cli *envdclient.Client) {
 	if ws.cli != nil {
 		ws.cli.Close()
 	}

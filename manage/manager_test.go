@@ -11,7 +11,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/sandbox-mcp/sandbox-mcp/envd/client"
+	"github.com/sandbox-mcp/sandbox-mcp/envd/envdclient"
 	"github.com/sandbox-mcp/sandbox-mcp/manage"
 )
 
@@ -40,8 +40,8 @@ func acquire(t *testing.T, m *manage.Manager, key string) *manage.Lease {
 	return l
 }
 
-func sh(script string) client.Command {
-	return client.Command{Cmd: "/bin/sh", Args: []string{"-c", script}}
+func sh(script string) envdclient.Command {
+	return envdclient.Command{Cmd: "/bin/sh", Args: []string{"-c", script}}
 }
 
 // counter is a file outside every sandbox that commands append to, so a test

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sandbox-mcp/sandbox-mcp/envd/client"
+	"github.com/sandbox-mcp/sandbox-mcp/envd/envdclient"
 	"github.com/sandbox-mcp/sandbox-mcp/manage"
 	"github.com/sandbox-mcp/sandbox-mcp/manage/managetest"
 )
@@ -22,7 +22,7 @@ func TestResetDuringRecreationDiscardsReplacement(t *testing.T) {
 		t.Fatal(err)
 	}
 	waiting, release := p.BlockCreate()
-	_, runErr := l.Client.Run(t.Context(), sh("true"), client.RunOptions{})
+	_, runErr := l.Client.Run(t.Context(), sh("true"), envdclient.RunOptions{})
 	checked := make(chan error, 1)
 	go func() { checked <- l.Check(context.Background(), runErr) }()
 	<-store.requested // the replacement's creation holds the lock…
@@ -42,7 +42,7 @@ func TestResetDuringRecreationDiscardsReplacement(t *testing.T) {
 	}
 	err := <-checked
 	l.Release()
-	le, ok := manage.IsLost(err)
+	le, ok := manage.AsLost(err)
 	if !ok || le.Replaced || le.ReplaceErr == nil {
 		t.Fatalf("the loss check = %v (%+v); want lost, not replaced (reset won)", err, le)
 	}
@@ -82,7 +82,7 @@ func TestIdlePauseThenTransparentResume(t *testing.T) {
 	if !resumed || l.Generation != 1 || l.Sandbox.ID != id {
 		t.Fatalf("after idle pause: events %+v gen %d; want a resumed event on generation 1", l.Events, l.Generation)
 	}
-	if res, err := l.Client.Run(t.Context(), sh("true"), client.RunOptions{}); err != nil || res.ExitCode != 0 {
+	if res, err := l.Client.Run(t.Context(), sh("true"), envdclient.RunOptions{}); err != nil || res.ExitCode != 0 {
 		t.Fatal(res, err)
 	}
 }
@@ -132,7 +132,7 @@ func TestReaperKillsLongPausedSandboxes(t *testing.T) {
 	}
 	// The next call learns of the loss: the command was not run.
 	_, err = m.Acquire(t.Context(), "named", true)
-	le, ok := manage.IsLost(err)
+	le, ok := manage.AsLost(err)
 	if !ok || !le.NotRun || !le.Replaced {
 		t.Fatalf("Acquire after reaping = %v; want a not-run LostError with a replacement", err)
 	}
@@ -182,7 +182,7 @@ func TestLateLossCheckCannotUndoReset(t *testing.T) {
 		return nil
 	}
 	hp.mu.Unlock()
-	_, runErr := l.Client.Run(t.Context(), sh("true"), client.RunOptions{})
+	_, runErr := l.Client.Run(t.Context(), sh("true"), envdclient.RunOptions{})
 	checked := make(chan error, 1)
 	go func() { checked <- l.Check(context.Background(), runErr) }()
 	<-entered // the loss check waits in Info
@@ -197,7 +197,7 @@ func TestLateLossCheckCannotUndoReset(t *testing.T) {
 	close(release)
 	err = <-checked
 	l.Release()
-	if le, ok := manage.IsLost(err); !ok || le.Replaced {
+	if le, ok := manage.AsLost(err); !ok || le.Replaced {
 		t.Fatalf("late loss check = %v; want lost, not replaced", err)
 	}
 	hp.mu.Lock()

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sandbox-mcp/sandbox-mcp/envd/client"
+	"github.com/sandbox-mcp/sandbox-mcp/envd/envdclient"
 	"github.com/sandbox-mcp/sandbox-mcp/manage"
 	"github.com/sandbox-mcp/sandbox-mcp/manage/managetest"
 )
@@ -25,10 +25,10 @@ func TestLossWhileIdleIsNotRun(t *testing.T) {
 	}
 
 	l = acquire(t, m, "k")
-	_, err := l.Client.Run(t.Context(), sh(runs.script("true")), client.RunOptions{})
+	_, err := l.Client.Run(t.Context(), sh(runs.script("true")), envdclient.RunOptions{})
 	err = l.Check(context.Background(), err)
 	l.Release()
-	le, ok := manage.IsLost(err)
+	le, ok := manage.AsLost(err)
 	if !ok {
 		t.Fatalf("after the daemon died the call returned %v; want a LostError", err)
 	}
@@ -44,7 +44,7 @@ func TestLossWhileIdleIsNotRun(t *testing.T) {
 	if l.Generation != 2 {
 		t.Fatalf("next call on generation %d, want 2", l.Generation)
 	}
-	if res, err := l.Client.Run(t.Context(), sh(runs.script("true")), client.RunOptions{}); err != nil || res.ExitCode != 0 {
+	if res, err := l.Client.Run(t.Context(), sh(runs.script("true")), envdclient.RunOptions{}); err != nil || res.ExitCode != 0 {
 		t.Fatal(res, err)
 	}
 	if n := runs.count(t); n != 1 {
@@ -64,7 +64,7 @@ func TestLossMidOperationMayHavePartlyRun(t *testing.T) {
 	errc := make(chan error, 1)
 	go func() {
 		// The command has surely run its side effect once it prints.
-		_, err := l.Client.Run(context.Background(), sh(runs.script("echo started; exec sleep 300")), client.RunOptions{Stdout: firstWrite(started)})
+		_, err := l.Client.Run(context.Background(), sh(runs.script("echo started; exec sleep 300")), envdclient.RunOptions{Stdout: firstWrite(started)})
 		errc <- l.Check(context.Background(), err)
 	}()
 	<-started
@@ -73,7 +73,7 @@ func TestLossMidOperationMayHavePartlyRun(t *testing.T) {
 	}
 	err := <-errc
 	l.Release()
-	le, ok := manage.IsLost(err)
+	le, ok := manage.AsLost(err)
 	if !ok || le.NotRun || !le.Replaced || le.Generation != 2 {
 		t.Fatalf("mid-operation loss gave %v (%+v); want 'may have partly run', replaced with generation 2", err, le)
 	}
@@ -102,13 +102,13 @@ func TestFiftyConcurrentFailuresOneReplacement(t *testing.T) {
 	for i, l := range leases {
 		wg.Go(func() {
 			defer l.Release()
-			_, err := l.Client.Run(context.Background(), sh("true"), client.RunOptions{})
+			_, err := l.Client.Run(context.Background(), sh("true"), envdclient.RunOptions{})
 			errs[i] = l.Check(context.Background(), err)
 		})
 	}
 	wg.Wait()
 	for i, err := range errs {
-		le, ok := manage.IsLost(err)
+		le, ok := manage.AsLost(err)
 		if !ok || !le.Replaced || le.Generation != 2 {
 			t.Errorf("call %d: %v; want the one replacement, generation 2", i, err)
 		}
@@ -130,9 +130,9 @@ func TestInconclusiveInfoReplacesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	p.SetInfoError(errors.New("provider API unreachable"))
-	_, runErr := l.Client.Run(t.Context(), sh("true"), client.RunOptions{})
+	_, runErr := l.Client.Run(t.Context(), sh("true"), envdclient.RunOptions{})
 	err := l.Check(context.Background(), runErr)
-	if _, lost := manage.IsLost(err); lost || err != runErr {
+	if manage.IsLost(err) || err != runErr {
 		t.Fatalf("Check with an inconclusive Info = %v; want the original error %v", err, runErr)
 	}
 	if n := p.Creates.Load(); n != 1 {
@@ -152,7 +152,7 @@ func TestHangingProviderIsBounded(t *testing.T) {
 		t.Fatal(err)
 	}
 	p.SetInfoHang(true)
-	_, runErr := l.Client.Run(t.Context(), sh("true"), client.RunOptions{})
+	_, runErr := l.Client.Run(t.Context(), sh("true"), envdclient.RunOptions{})
 	// Check returns (the Info call is bounded by CallTimeout) with the
 	// original error; no replacement.
 	if err := l.Check(context.Background(), runErr); err != runErr {
@@ -164,7 +164,7 @@ func TestStoppedSandboxRestartsWithFilesKept(t *testing.T) {
 	p := managetest.New(t)
 	m := newManager(t, p, nil)
 	l := acquire(t, m, "k")
-	if err := l.Client.Upload(t.Context(), "keep.txt", strings.NewReader("x"), client.UploadOptions{}); err != nil {
+	if err := l.Client.Upload(t.Context(), "keep.txt", strings.NewReader("x"), envdclient.UploadOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if err := p.LoseDaemon(l.Sandbox.ID, true); err != nil {
@@ -173,7 +173,7 @@ func TestStoppedSandboxRestartsWithFilesKept(t *testing.T) {
 	_, err := l.Client.Stat(t.Context(), "keep.txt")
 	err = l.Check(context.Background(), err)
 	l.Release()
-	le, ok := manage.IsLost(err)
+	le, ok := manage.AsLost(err)
 	if !ok || !le.FilesKept || !le.Replaced || le.Generation != 2 {
 		t.Fatalf("stopped sandbox: %v (%+v); want restarted with files kept, generation 2", err, le)
 	}
@@ -191,15 +191,15 @@ func TestAutoRecreateOff(t *testing.T) {
 	if err := p.LoseDaemon(l.Sandbox.ID, false); err != nil {
 		t.Fatal(err)
 	}
-	_, err := l.Client.Run(t.Context(), sh("true"), client.RunOptions{})
+	_, err := l.Client.Run(t.Context(), sh("true"), envdclient.RunOptions{})
 	err = l.Check(context.Background(), err)
 	l.Release()
-	if le, ok := manage.IsLost(err); !ok || le.Replaced {
+	if le, ok := manage.AsLost(err); !ok || le.Replaced {
 		t.Fatalf("loss with auto-recreate off = %v; want lost, not replaced", err)
 	}
 	if _, err := m.Acquire(t.Context(), "k", false); err == nil {
 		t.Fatal("Acquire of a lost workspace succeeded with auto-recreate off")
-	} else if le, ok := manage.IsLost(err); !ok || !le.NotRun {
+	} else if le, ok := manage.AsLost(err); !ok || !le.NotRun {
 		t.Fatalf("Acquire of a lost workspace = %v; want a not-run LostError", err)
 	}
 	if n := p.Creates.Load(); n != 1 {
@@ -221,7 +221,7 @@ func TestCheckEndsWithItsContext(t *testing.T) {
 		t.Fatal(err)
 	}
 	waiting, release := p.BlockCreate()
-	_, runErr := l.Client.Run(t.Context(), sh("true"), client.RunOptions{})
+	_, runErr := l.Client.Run(t.Context(), sh("true"), envdclient.RunOptions{})
 	ctx, cancel := context.WithCancel(t.Context())
 	checked := make(chan error, 1)
 	go func() { checked <- l.Check(ctx, runErr) }()

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sandbox-mcp/sandbox-mcp/envd/client"
+	"github.com/sandbox-mcp/sandbox-mcp/envd/envdclient"
 	"github.com/sandbox-mcp/sandbox-mcp/envd/envdtest"
 )
 
@@ -73,9 +73,9 @@ func BenchmarkEnvdRunTrue(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer l.Release()
-	cmd := client.Command{Cmd: "true", Cwd: l.Sandbox.Workdir}
+	cmd := envdclient.Command{Cmd: "true", Cwd: l.Sandbox.Workdir}
 	run := func() {
-		res, err := l.Client.Run(context.Background(), cmd, client.RunOptions{})
+		res, err := l.Client.Run(context.Background(), cmd, envdclient.RunOptions{})
 		if err != nil || res.ExitCode != 0 {
 			b.Fatalf("run true: %+v %v", res, err)
 		}

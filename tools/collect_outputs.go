@@ -16,7 +16,7 @@ import (
 	"connectrpc.com/connect"
 	"github.com/invopop/jsonschema"
 
-	"github.com/sandbox-mcp/sandbox-mcp/envd/client"
+	"github.com/sandbox-mcp/sandbox-mcp/envd/envdclient"
 )
 
 // Caps and defaults of collect_outputs.
@@ -184,7 +184,7 @@ func matchGlobs(ctx context.Context, c *Call, r *pathResolver, globs []*globPatt
 
 // collectAll stores files in the store's root, in order, into out, until
 // plan's caps stop it (which out.LimitsHit and a notice say).
-func collectAll(ctx context.Context, c *Call, cli *client.Client, root *os.Root, plan *collectPlan, files []collectFile, out *collectOutputsOutput) error {
+func collectAll(ctx context.Context, c *Call, cli *envdclient.Client, root *os.Root, plan *collectPlan, files []collectFile, out *collectOutputsOutput) error {
 	maxFiles, maxBytes := plan.maxFiles, plan.maxBytes
 	inlineLeft := c.d.Config.MaxReadBytes
 	var total int64
@@ -238,7 +238,7 @@ func matchGlob(ctx context.Context, c *Call, r *pathResolver, field string, g *g
 		if err != nil {
 			return nil, c.Check(err)
 		}
-		if !exists || e.Type != client.TypeFile {
+		if !exists || e.Type != envdclient.TypeFile {
 			return nil, nil
 		}
 		return []collectFile{{abs: res.abs, rel: r.rel(res.abs), size: e.Size, mode: fs.FileMode(e.Mode)}}, nil
@@ -253,13 +253,13 @@ func matchGlob(ctx context.Context, c *Call, r *pathResolver, field string, g *g
 		if err != nil {
 			return nil, err
 		}
-		if !res.exists || res.entry.Type != client.TypeDir {
+		if !res.exists || res.entry.Type != envdclient.TypeDir {
 			return nil, nil // no such directory: nothing matches
 		}
 		abs = res.abs
 	}
 	entries, err := r.cli.ListDir(ctx, abs, uint32(depth))
-	if client.IsNotFound(err) || connect.CodeOf(err) == connect.CodeInvalidArgument {
+	if envdclient.IsNotFound(err) || connect.CodeOf(err) == connect.CodeInvalidArgument {
 		return nil, nil // no such directory (or not a directory): nothing matches
 	}
 	if err != nil {
@@ -268,7 +268,7 @@ func matchGlob(ctx context.Context, c *Call, r *pathResolver, field string, g *g
 	var out []collectFile
 	for _, e := range entries {
 		rel := r.rel(e.Path)
-		if e.Type != client.TypeFile || (underToolData(rel) && !g.namesToolData()) || !g.match(rel) {
+		if e.Type != envdclient.TypeFile || (underToolData(rel) && !g.namesToolData()) || !g.match(rel) {
 			continue
 		}
 		out = append(out, collectFile{abs: e.Path, rel: rel, size: e.Size, mode: fs.FileMode(e.Mode)})
@@ -279,7 +279,7 @@ func matchGlob(ctx context.Context, c *Call, r *pathResolver, field string, g *g
 // collectOne downloads f into the store as name. It returns nil, nil when
 // the file holds more than room bytes (it grew since it was listed); an
 // artifact of that name is then left as it was.
-func collectOne(ctx context.Context, c *Call, cli *client.Client, root *os.Root, f collectFile, name string, room int64, inline bool, inlineLeft *int64) (*artifactOut, error) {
+func collectOne(ctx context.Context, c *Call, cli *envdclient.Client, root *os.Root, f collectFile, name string, room int64, inline bool, inlineLeft *int64) (*artifactOut, error) {
 	dl, err := cli.Download(ctx, f.abs)
 	if err != nil {
 		return nil, c.Check(err)

@@ -428,7 +428,7 @@ func (c *Call) describeError(err error) string {
 	if errors.As(err, &ie) {
 		return ie.Error() + "."
 	}
-	if le, ok := manage.IsLost(err); ok {
+	if le, ok := manage.AsLost(err); ok {
 		c.notices = append([]string{lostNotice(le)}, c.notices...)
 		if le.NotRun {
 			return fmt.Sprintf("%s was not run because the sandbox was lost. Nothing was executed; check the new sandbox, then retry if appropriate.", c.tool)

@@ -9,7 +9,7 @@ import (
 
 	"github.com/invopop/jsonschema"
 
-	"github.com/sandbox-mcp/sandbox-mcp/envd/client"
+	"github.com/sandbox-mcp/sandbox-mcp/envd/envdclient"
 	"github.com/sandbox-mcp/sandbox-mcp/manage"
 )
 
@@ -182,13 +182,13 @@ func runExec(ctx context.Context, c *Call, in *execInput) (*execOutput, error) {
 			return nil, err
 		case !res.exists:
 			return nil, inputErr("cwd", "directory %q does not exist in the workspace", in.Cwd)
-		case res.entry.Type != client.TypeDir:
+		case res.entry.Type != envdclient.TypeDir:
 			return nil, inputErr("cwd", "%q is a %s, not a directory", in.Cwd, res.entry.Type)
 		}
 		// The path as given (a link stays a link in pwd); envd follows it.
 		cwd = res.abs
 	}
-	cmd := client.Command{Env: in.Env, Cwd: cwd, Timeout: plan.timeout}
+	cmd := envdclient.Command{Env: in.Env, Cwd: cwd, Timeout: plan.timeout}
 	if in.Command != "" {
 		prof, err := c.d.shell.profileFor(ctx, c, lease)
 		if err != nil {
@@ -214,7 +214,7 @@ func runExec(ctx context.Context, c *Call, in *execInput) (*execOutput, error) {
 
 // runForeground runs cmd, streaming each output stream into its log while
 // keeping only head and tail in memory, and shapes the result.
-func runForeground(ctx context.Context, c *Call, lease *manage.Lease, r *pathResolver, cmd client.Command, plan *execPlan, out *execOutput) (*execOutput, error) {
+func runForeground(ctx context.Context, c *Call, lease *manage.Lease, r *pathResolver, cmd envdclient.Command, plan *execPlan, out *execOutput) (*execOutput, error) {
 	claim := newRunClaim(c.d, c.ws.Key, lease.Generation, r.root, lease.Client)
 	cmd.Tag = newProcessTag(tagFg, claim.ID())
 	if plan.in.Stdin != nil {
@@ -224,7 +224,7 @@ func runForeground(ctx context.Context, c *Call, lease *manage.Lease, r *pathRes
 		newStreamLog(ctx, lease.Client, claim, stdoutLogName),
 		newStreamLog(ctx, lease.Client, claim, stderrLogName),
 	}
-	opts := client.RunOptions{
+	opts := envdclient.RunOptions{
 		StdoutLimit: c.d.Config.OutputLimit,
 		StderrLimit: c.d.Config.OutputLimit,
 		Stdout:      logs[0],
@@ -254,7 +254,7 @@ func runForeground(ctx context.Context, c *Call, lease *manage.Lease, r *pathRes
 // startProgress makes a run report progress while it goes, when the client
 // asked for progress (only then is the output metered): opts' writers are
 // wrapped in a meter. The function it returns stops the reports.
-func startProgress(ctx context.Context, c *Call, opts *client.RunOptions) (stop func()) {
+func startProgress(ctx context.Context, c *Call, opts *envdclient.RunOptions) (stop func()) {
 	if c.progressToken() == nil {
 		return func() {}
 	}
@@ -271,10 +271,10 @@ func startProgress(ctx context.Context, c *Call, opts *client.RunOptions) (stop 
 // showStreams puts a finished run's stdout and stderr into out: inline
 // text, sizes and the logs that hold them whole (logPaths, absolute; an
 // error in logErrs when a log is incomplete), with the notices they need.
-func showStreams(c *Call, r *pathResolver, res *client.Result, logPaths [2]string, logErrs [2]error, out *execOutput) {
+func showStreams(c *Call, r *pathResolver, res *envdclient.Result, logPaths [2]string, logErrs [2]error, out *execOutput) {
 	streams := [2]struct {
 		name string
-		data client.Output
+		data envdclient.Output
 	}{{"stdout", res.Stdout}, {"stderr", res.Stderr}}
 	full := &fullOutput{}
 	for i, s := range streams {
@@ -315,7 +315,7 @@ const backgroundScript = `ln -s "$3" "$2$$" 2>/dev/null; l=$1; shift 3; exec "$@
 
 // startBackground starts cmd detached from the call, its output going to
 // one log, registers it, and returns its handle.
-func startBackground(ctx context.Context, c *Call, lease *manage.Lease, r *pathResolver, cmd client.Command, plan *execPlan, out *execOutput) (*execOutput, error) {
+func startBackground(ctx context.Context, c *Call, lease *manage.Lease, r *pathResolver, cmd envdclient.Command, plan *execPlan, out *execOutput) (*execOutput, error) {
 	started := time.Now()
 	claim := newRunClaim(c.d, c.ws.Key, lease.Generation, r.root, lease.Client)
 	dir, err := claim.claim(ctx)
@@ -329,7 +329,7 @@ func startBackground(ctx context.Context, c *Call, lease *manage.Lease, r *pathR
 	cmd.Cmd = "/bin/sh"
 	cmd.Args = append([]string{"-c", backgroundScript, "sh", logAbs, linkPrefix, runID}, user...)
 	cmd.Tag = newProcessTag(tagBg, runID)
-	h, err := lease.Client.Start(ctx, cmd, true, client.StartOptions{StdoutLimit: -1, StderrLimit: -1})
+	h, err := lease.Client.Start(ctx, cmd, envdclient.StartOptions{Stdin: true, StdoutLimit: -1, StderrLimit: -1})
 	if err != nil {
 		return nil, c.Check(err)
 	}
@@ -338,7 +338,7 @@ func startBackground(ctx context.Context, c *Call, lease *manage.Lease, r *pathR
 	c.d.procs.add(c.ws.Key, e, h)
 	if plan.in.Stdin != nil && *plan.in.Stdin != "" {
 		if _, err := sendInput(ctx, lease.Client, h.Pid(), []byte(*plan.in.Stdin)); err != nil {
-			if le, ok := manage.IsLost(c.Check(err)); ok {
+			if le, ok := manage.AsLost(c.Check(err)); ok {
 				return nil, le
 			}
 			c.Notice("The process started, but its stdin could not be written (%s); use process_input to try again.", rootCause(err))

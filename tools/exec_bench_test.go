@@ -4,7 +4,7 @@ import (
 	"context"
 	"testing"
 
-	envdclient "github.com/sandbox-mcp/sandbox-mcp/envd/client"
+	"github.com/sandbox-mcp/sandbox-mcp/envd/envdclient"
 )
 
 // The benchmarks run over the tests' harness: a managetest sandbox with the

@@ -13,7 +13,7 @@ import (
 
 	"connectrpc.com/connect"
 
-	"github.com/sandbox-mcp/sandbox-mcp/envd/client"
+	"github.com/sandbox-mcp/sandbox-mcp/envd/envdclient"
 )
 
 // lineReaderBufferLen is the read buffer of a line-mode read: longer lines
@@ -24,7 +24,7 @@ const lineReaderBufferLen = 64 << 10
 // byte budget.
 type fileReader struct {
 	c         *Call
-	cli       *client.Client
+	cli       *envdclient.Client
 	r         *pathResolver
 	encoding  string
 	offset    int64
@@ -56,8 +56,8 @@ func (fr *fileReader) read(ctx context.Context, field, p string) (readFileEntry,
 	}
 	st, real := res.entry, res.real
 	switch st.Type {
-	case client.TypeFile:
-	case client.TypeDir:
+	case envdclient.TypeFile:
+	case envdclient.TypeDir:
 		return e, inputErr(field, "%q is a directory; list it with list_files", e.Path)
 	default:
 		return e, inputErr(field, "%q is not a regular file (%s)", e.Path, st.Permissions)
@@ -69,7 +69,7 @@ func (fr *fileReader) read(ctx context.Context, field, p string) (readFileEntry,
 		err = fr.readRange(ctx, &e, real)
 	}
 	if err != nil {
-		if client.IsNotFound(err) {
+		if envdclient.IsNotFound(err) {
 			return e, connect.NewError(connect.CodeNotFound, fmt.Errorf("file %q was removed while it was read", e.Path))
 		}
 		return e, fr.relError(fr.c.Check(err))
@@ -131,7 +131,7 @@ func (fr *fileReader) readRange(ctx context.Context, e *readFileEntry, real stri
 // what was read when that is further (the file grew) or the size is unknown.
 // Only io.EOF means the file is shorter; any other error (a body cut
 // mid-stream included) is returned, as it may mean a lost sandbox.
-func readRange(ctx context.Context, cli *client.Client, abs string, offset, n int64) ([]byte, int64, error) {
+func readRange(ctx context.Context, cli *envdclient.Client, abs string, offset, n int64) ([]byte, int64, error) {
 	dl, err := cli.DownloadRange(ctx, abs, offset, n)
 	if err != nil {
 		return nil, 0, err

@@ -11,7 +11,7 @@ import (
 	"connectrpc.com/connect"
 	"github.com/invopop/jsonschema"
 
-	"github.com/sandbox-mcp/sandbox-mcp/envd/client"
+	"github.com/sandbox-mcp/sandbox-mcp/envd/envdclient"
 )
 
 // Caps and defaults of list_files.
@@ -103,14 +103,14 @@ func runListFiles(ctx context.Context, c *Call, in *listFilesInput) (*listFilesO
 		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("%q does not exist in the workspace", base))
 	}
 	st := res.entry
-	var entries []client.Entry
-	if st.Type == client.TypeDir {
+	var entries []envdclient.Entry
+	if st.Type == envdclient.TypeDir {
 		if entries, err = cli.ListDir(ctx, abs, uint32(depth)); err != nil {
 			return nil, c.Check(err)
 		}
 	} else {
 		st.Path = abs
-		entries = []client.Entry{st}
+		entries = []envdclient.Entry{st}
 	}
 	showToolData := base == toolDataDir || underToolData(base) || (g != nil && g.namesToolData())
 	for _, e := range entries {
@@ -150,17 +150,17 @@ func listDepth(depth int, g *globPattern) int {
 }
 
 // entryOut renders an envd entry for the model.
-func entryOut(r *pathResolver, rel string, e client.Entry) fileEntry {
+func entryOut(r *pathResolver, rel string, e envdclient.Entry) fileEntry {
 	fe := fileEntry{
 		Path: rel, Size: e.Size, Mode: octalMode(fs.FileMode(e.Mode)),
 		Modified: e.ModTime.UTC().Format(time.RFC3339),
 	}
 	switch e.Type {
-	case client.TypeFile:
+	case envdclient.TypeFile:
 		fe.Type = "file"
-	case client.TypeDir:
+	case envdclient.TypeDir:
 		fe.Type = "dir"
-	case client.TypeSymlink:
+	case envdclient.TypeSymlink:
 		fe.Type = "symlink"
 		t := path.Clean(e.SymlinkTarget)
 		if path.IsAbs(t) && r.within(t) {

@@ -15,7 +15,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
-	"github.com/sandbox-mcp/sandbox-mcp/envd/client"
+	"github.com/sandbox-mcp/sandbox-mcp/envd/envdclient"
 )
 
 // lastLineCap bounds the "last line" a progress message quotes.
@@ -41,7 +41,7 @@ type inlineText struct {
 // boundaries, so the cut never splits a character; the bytes dropped there
 // count as omitted. logRel is the workspace-relative log path ("" when the
 // full log could not be saved), quoted in the marker.
-func renderInline(o client.Output, stream, logRel string) inlineText {
+func renderInline(o envdclient.Output, stream, logRel string) inlineText {
 	if !o.Truncated {
 		text, bad := validText(o.Bytes())
 		return inlineText{Text: text, InvalidUTF8: bad, HeadBytes: o.Total}
@@ -185,7 +185,7 @@ func logIncompleteNotice(stream string, err error) string {
 }
 
 // streamLog writes one output stream into a log file in the sandbox while
-// the command runs: the bytes flow through a pipe into client.Upload, which
+// the command runs: the bytes flow through a pipe into envdclient.Upload, which
 // starts on the first byte (a silent stream writes no file). Memory is
 // bounded by the pipe, which holds nothing: a slow upload slows the reader.
 // A failing upload never fails the command; it is reported by done.
@@ -194,7 +194,7 @@ func logIncompleteNotice(stream string, err error) string {
 // the same one after the run.
 type streamLog struct {
 	ctx   context.Context
-	cli   *client.Client
+	cli   *envdclient.Client
 	claim *runClaim
 	name  string // file name in the run directory
 
@@ -207,7 +207,7 @@ type streamLog struct {
 // errUploadEnded is what a write sees when the upload returned early.
 var errUploadEnded = errors.New("the log upload ended before the output did")
 
-func newStreamLog(ctx context.Context, cli *client.Client, claim *runClaim, name string) *streamLog {
+func newStreamLog(ctx context.Context, cli *envdclient.Client, claim *runClaim, name string) *streamLog {
 	return &streamLog{ctx: ctx, cli: cli, claim: claim, name: name}
 }
 
@@ -227,7 +227,7 @@ func (l *streamLog) Write(p []byte) (int, error) {
 		pr, pw := io.Pipe()
 		l.pw, l.uploadc = pw, make(chan error, 1)
 		go func() {
-			err := l.cli.Upload(l.ctx, l.abs, pr, client.UploadOptions{})
+			err := l.cli.Upload(l.ctx, l.abs, pr, envdclient.UploadOptions{})
 			// Unblock a writer the upload stopped reading from.
 			pr.CloseWithError(cmp.Or(err, errUploadEnded))
 			l.uploadc <- err

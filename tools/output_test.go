@@ -6,7 +6,7 @@ import (
 	"time"
 	"unicode/utf8"
 
-	envdclient "github.com/sandbox-mcp/sandbox-mcp/envd/client"
+	"github.com/sandbox-mcp/sandbox-mcp/envd/envdclient"
 )
 
 func TestRenderInline(t *testing.T) {

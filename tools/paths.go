@@ -7,7 +7,7 @@ import (
 
 	"connectrpc.com/connect"
 
-	"github.com/sandbox-mcp/sandbox-mcp/envd/client"
+	"github.com/sandbox-mcp/sandbox-mcp/envd/envdclient"
 )
 
 // maxLinkHops bounds symlink resolution, like the kernel's ELOOP limit.
@@ -22,17 +22,17 @@ const maxLinkHops = 40
 type pathResolver struct {
 	c    *Call
 	root string // the workspace root inside the sandbox
-	cli  *client.Client
+	cli  *envdclient.Client
 	seen map[string]seenPath // absolute path → what Stat said (links not followed)
 }
 
 // seenPath is what the resolver learned of one path.
 type seenPath struct {
-	entry   client.Entry
+	entry   envdclient.Entry
 	missing bool
 }
 
-func newPathResolver(c *Call, root string, cli *client.Client) *pathResolver {
+func newPathResolver(c *Call, root string, cli *envdclient.Client) *pathResolver {
 	return &pathResolver{c: c, root: path.Clean(root), cli: cli, seen: map[string]seenPath{}}
 }
 
@@ -43,7 +43,7 @@ type resolved struct {
 	// real is abs with every symlink resolved.
 	real string
 	// entry is what real is, when exists.
-	entry  client.Entry
+	entry  envdclient.Entry
 	exists bool
 }
 
@@ -95,17 +95,17 @@ func (r *pathResolver) resolve(ctx context.Context, field, p string) (resolved, 
 // stat returns what p (clean, absolute) is, links not followed, and whether
 // it exists: from what the resolver saw when it can tell (below a missing
 // path nothing exists), else from envd. Errors are envd's, unchecked.
-func (r *pathResolver) stat(ctx context.Context, p string) (client.Entry, bool, error) {
+func (r *pathResolver) stat(ctx context.Context, p string) (envdclient.Entry, bool, error) {
 	if e, exists, known := r.known(p); known {
 		return e, exists, nil
 	}
 	e, err := r.cli.Stat(ctx, p)
-	if client.IsNotFound(err) {
+	if envdclient.IsNotFound(err) {
 		r.seen[p] = seenPath{missing: true}
-		return client.Entry{}, false, nil
+		return envdclient.Entry{}, false, nil
 	}
 	if err != nil {
-		return client.Entry{}, false, err
+		return envdclient.Entry{}, false, err
 	}
 	r.seen[p] = seenPath{entry: e}
 	return e, true, nil
@@ -113,16 +113,16 @@ func (r *pathResolver) stat(ctx context.Context, p string) (client.Entry, bool, 
 
 // known is stat without asking envd; known is false when the resolver
 // cannot tell.
-func (r *pathResolver) known(p string) (e client.Entry, exists, known bool) {
+func (r *pathResolver) known(p string) (e envdclient.Entry, exists, known bool) {
 	if s, ok := r.seen[p]; ok {
 		return s.entry, !s.missing, true
 	}
 	for q := path.Dir(p); ; q = path.Dir(q) {
 		if s, ok := r.seen[q]; ok && s.missing {
-			return client.Entry{}, false, true
+			return envdclient.Entry{}, false, true
 		}
 		if q == "/" || q == "." {
-			return client.Entry{}, false, false
+			return envdclient.Entry{}, false, false
 		}
 	}
 }
@@ -160,7 +160,7 @@ func (r *pathResolver) follow(ctx context.Context, field, orig, abs string) (str
 		if !exists {
 			return path.Join(append([]string{next}, rest...)...), nil
 		}
-		if e.Type != client.TypeSymlink {
+		if e.Type != envdclient.TypeSymlink {
 			cur = next
 			continue
 		}

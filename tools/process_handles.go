@@ -12,7 +12,7 @@ import (
 
 	"connectrpc.com/connect"
 
-	"github.com/sandbox-mcp/sandbox-mcp/envd/client"
+	"github.com/sandbox-mcp/sandbox-mcp/envd/envdclient"
 	"github.com/sandbox-mcp/sandbox-mcp/manage"
 )
 
@@ -151,7 +151,7 @@ func recoverProcess(ctx context.Context, c *Call, lease *manage.Lease, ref handl
 }
 
 // adoptProcess is recoverProcess with envd's process list at hand.
-func adoptProcess(ctx context.Context, c *Call, lease *manage.Lease, ref handleRef, known *procEntry, live []client.ProcessInfo) (*procEntry, error) {
+func adoptProcess(ctx context.Context, c *Call, lease *manage.Lease, ref handleRef, known *procEntry, live []envdclient.ProcessInfo) (*procEntry, error) {
 	cli := lease.Client
 	runsAbs := path.Join(lease.Sandbox.Workdir, runsDir)
 	gen := lease.Generation
@@ -185,12 +185,12 @@ func adoptProcess(ctx context.Context, c *Call, lease *manage.Lease, ref handleR
 		if e.command == "" {
 			e.command = describeBackgroundArgs(running.Args)
 		}
-		h, err := cli.Connect(ctx, client.ByPid(pid), client.StartOptions{StdoutLimit: -1, StderrLimit: -1})
+		h, err := cli.Connect(ctx, envdclient.ByPid(pid), envdclient.RunOptions{StdoutLimit: -1, StderrLimit: -1})
 		if err == nil {
 			c.d.procs.add(c.ws.Key, e, h)
 			return e, nil
 		}
-		if !client.IsNotFound(err) {
+		if !envdclient.IsNotFound(err) {
 			return nil, c.Check(err)
 		}
 		// It ended between the list and the attach.
@@ -203,7 +203,7 @@ func adoptProcess(ctx context.Context, c *Call, lease *manage.Lease, ref handleR
 // liveBackground returns the background process in live that is pid (or,
 // when pid is 0, the one of run runID), and its run id; a known runID must
 // match. It returns nil when there is none.
-func liveBackground(live []client.ProcessInfo, pid uint32, runID string) (*client.ProcessInfo, string) {
+func liveBackground(live []envdclient.ProcessInfo, pid uint32, runID string) (*envdclient.ProcessInfo, string) {
 	for i, p := range live {
 		kind, tagRun, ok := parseProcessTag(p.Tag)
 		if ok && kind == tagBg && (p.Pid == pid || pid == 0 && tagRun == runID) && (runID == "" || tagRun == runID) {
@@ -215,17 +215,17 @@ func liveBackground(live []client.ProcessInfo, pid uint32, runID string) (*clien
 
 // runOfHandleLink reads the run id of process pid from the symlink its
 // start left in the runs directory runsAbs.
-func runOfHandleLink(ctx context.Context, c *Call, cli *client.Client, runsAbs string, gen int64, pid uint32) (string, error) {
+func runOfHandleLink(ctx context.Context, c *Call, cli *envdclient.Client, runsAbs string, gen int64, pid uint32) (string, error) {
 	handle := formatProcessHandle(gen, pid)
 	ent, err := cli.Stat(ctx, path.Join(runsAbs, handle))
-	if client.IsNotFound(err) {
+	if envdclient.IsNotFound(err) {
 		return "", processNotFound(handle)
 	}
 	if err != nil {
 		return "", c.Check(err)
 	}
 	target, ok := parseHandle(path.Base(ent.SymlinkTarget))
-	if ent.Type != client.TypeSymlink || !ok || target.run == 0 || target.gen != gen {
+	if ent.Type != envdclient.TypeSymlink || !ok || target.run == 0 || target.gen != gen {
 		return "", processNotFound(handle)
 	}
 	return path.Base(ent.SymlinkTarget), nil
@@ -233,15 +233,15 @@ func runOfHandleLink(ctx context.Context, c *Call, cli *client.Client, runsAbs s
 
 // pidOfRun finds the pid of the background process of run runID among the
 // handle symlinks in the runs directory runsAbs.
-func pidOfRun(ctx context.Context, c *Call, cli *client.Client, runsAbs string, gen int64, runID string) (uint32, error) {
+func pidOfRun(ctx context.Context, c *Call, cli *envdclient.Client, runsAbs string, gen int64, runID string) (uint32, error) {
 	entries, err := cli.ListDir(ctx, runsAbs, 1)
-	if err != nil && !client.IsNotFound(err) {
+	if err != nil && !envdclient.IsNotFound(err) {
 		return 0, c.Check(err)
 	}
 	var pid uint32
 	for _, e := range entries {
 		if h, ok := parseHandle(e.Name); ok && h.pid != 0 && h.gen == gen &&
-			e.Type == client.TypeSymlink && path.Base(e.SymlinkTarget) == runID {
+			e.Type == envdclient.TypeSymlink && path.Base(e.SymlinkTarget) == runID {
 			pid = h.pid
 		}
 	}

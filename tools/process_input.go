@@ -7,7 +7,7 @@ import (
 
 	"connectrpc.com/connect"
 
-	"github.com/sandbox-mcp/sandbox-mcp/envd/client"
+	"github.com/sandbox-mcp/sandbox-mcp/envd/envdclient"
 )
 
 // processInputInput is process_input's arguments.
@@ -67,7 +67,7 @@ func runProcessInput(ctx context.Context, c *Call, in *processInputInput) (*proc
 			"the standard input of process %s was already closed, so it takes no more input", e.handle))
 	}
 	gone := func(err error) error {
-		if client.IsStdinGone(err) {
+		if envdclient.IsStdinGone(err) {
 			return connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf(
 				"process %s no longer takes input (it ended or closed its input): %s", e.handle, rootCause(err)))
 		}
@@ -94,7 +94,7 @@ func runProcessInput(ctx context.Context, c *Call, in *processInputInput) (*proc
 	if in.Close {
 		// A process that ended (perhaps on the data just written) or
 		// already closed its input has no input to close: that is success.
-		if err := lease.Client.CloseStdin(ctx, client.ByPid(e.pid)); err != nil && !client.IsStdinGone(err) {
+		if err := lease.Client.CloseStdin(ctx, envdclient.ByPid(e.pid)); err != nil && !envdclient.IsStdinGone(err) {
 			if out.Written > 0 {
 				c.Notice("The data was written, but closing standard input failed.")
 			}
@@ -126,11 +126,11 @@ const stdinFrame = 32 << 10
 
 // sendInput writes data to pid's stdin in frames of at most stdinFrame. It
 // says how many bytes went in (whole frames) before an error.
-func sendInput(ctx context.Context, cli *client.Client, pid uint32, data []byte) (int, error) {
+func sendInput(ctx context.Context, cli *envdclient.Client, pid uint32, data []byte) (int, error) {
 	written := 0
 	for len(data) > 0 {
 		n := min(len(data), stdinFrame)
-		if err := cli.SendInput(ctx, client.ByPid(pid), data[:n], false); err != nil {
+		if err := cli.SendInput(ctx, envdclient.ByPid(pid), data[:n]); err != nil {
 			return written, err
 		}
 		written += n

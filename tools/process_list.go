@@ -5,7 +5,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/sandbox-mcp/sandbox-mcp/envd/client"
+	"github.com/sandbox-mcp/sandbox-mcp/envd/envdclient"
 	"github.com/sandbox-mcp/sandbox-mcp/manage"
 )
 
@@ -73,7 +73,7 @@ func runProcessList(ctx context.Context, c *Call, _ *processListInput) (*process
 			known[e.pid] = true
 		}
 	}
-	slices.SortFunc(live, func(a, b client.ProcessInfo) int { return int(a.Pid) - int(b.Pid) })
+	slices.SortFunc(live, func(a, b envdclient.ProcessInfo) int { return int(a.Pid) - int(b.Pid) })
 	for _, p := range live {
 		if known[p.Pid] {
 			continue
@@ -105,7 +105,7 @@ func runProcessList(ctx context.Context, c *Call, _ *processListInput) (*process
 // to the lease's generation, unless it is followed again meanwhile. It
 // reports whether the process is followed now; only a lost sandbox is an
 // error (a process that cannot be adopted is listed with the others).
-func followAgain(ctx context.Context, c *Call, lease *manage.Lease, pid uint32, runID string, live []client.ProcessInfo) (bool, error) {
+func followAgain(ctx context.Context, c *Call, lease *manage.Lease, pid uint32, runID string, live []envdclient.ProcessInfo) (bool, error) {
 	run, _ := parseHandle(runID)
 	if run.gen != lease.Generation {
 		return false, nil
@@ -127,7 +127,7 @@ func followAgain(ctx context.Context, c *Call, lease *manage.Lease, pid uint32, 
 
 // otherProcessOf describes a live process that is not a tracked background
 // process: a run of the tools shows its run id and the command as given.
-func otherProcessOf(p client.ProcessInfo) otherProcess {
+func otherProcessOf(p envdclient.ProcessInfo) otherProcess {
 	o := otherProcess{Pid: p.Pid, Command: shellQuoteArgs(append([]string{p.Cmd}, p.Args...))}
 	kind, runID, tagged := parseProcessTag(p.Tag)
 	switch {

@@ -6,7 +6,7 @@ import (
 
 	"github.com/invopop/jsonschema"
 
-	"github.com/sandbox-mcp/sandbox-mcp/envd/client"
+	"github.com/sandbox-mcp/sandbox-mcp/envd/envdclient"
 )
 
 // Limits of process_output.
@@ -134,9 +134,9 @@ type logPage struct {
 
 // readLog reads up to limit bytes of the log at abs from offset. A log that
 // does not exist yet reads as empty.
-func readLog(ctx context.Context, cli *client.Client, abs string, offset, limit int64) (logPage, error) {
+func readLog(ctx context.Context, cli *envdclient.Client, abs string, offset, limit int64) (logPage, error) {
 	data, size, err := readRange(ctx, cli, abs, offset, limit)
-	if client.IsNotFound(err) {
+	if envdclient.IsNotFound(err) {
 		return logPage{}, nil
 	}
 	if err != nil {
@@ -148,10 +148,10 @@ func readLog(ctx context.Context, cli *client.Client, abs string, offset, limit 
 // waitForOutput blocks until the log grows past the offset, the process
 // ends, wait passes, or ctx ends. It watches the run directory for writes
 // (no polling) and listens for the registry's end notification.
-func waitForOutput(ctx context.Context, c *Call, cli *client.Client, e *procEntry, wait time.Duration, page func() (logPage, error)) (logPage, error) {
+func waitForOutput(ctx context.Context, c *Call, cli *envdclient.Client, e *procEntry, wait time.Duration, page func() (logPage, error)) (logPage, error) {
 	timer := time.NewTimer(wait)
 	defer timer.Stop()
-	var events <-chan client.FileEvent
+	var events <-chan envdclient.FileEvent
 	var poll <-chan time.Time
 	var ticker *time.Ticker
 	startPolling := func() {
@@ -163,14 +163,14 @@ func waitForOutput(ctx context.Context, c *Call, cli *client.Client, e *procEntr
 			ticker.Stop()
 		}
 	}()
-	w, err := cli.Watch(ctx, e.runDirAbs, false, false)
+	w, err := cli.Watch(ctx, e.runDirAbs, envdclient.WatchOptions{})
 	switch {
 	case err == nil:
 		defer w.Close()
 		events = w.Events()
 	case ctx.Err() != nil:
 		return logPage{}, ctx.Err()
-	case client.IsPossibleLoss(err):
+	case envdclient.IsPossibleLoss(err):
 		return logPage{}, c.Check(err)
 	default:
 		// The sandbox cannot watch this directory: look now and then instead.

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/sandbox-mcp/sandbox-mcp/envd/client"
+	"github.com/sandbox-mcp/sandbox-mcp/envd/envdclient"
 )
 
 // killWait bounds how long process_signal waits for a KILLed process to be
@@ -45,9 +45,9 @@ func ProcessSignal(d *Deps) Tool {
 }
 
 func runProcessSignal(ctx context.Context, c *Call, in *processSignalInput) (*processSignalOutput, error) {
-	sig, name := client.SIGTERM, "TERM" // the schema allows only TERM and KILL
+	sig, name := envdclient.SIGTERM, "TERM" // the schema allows only TERM and KILL
 	if in.Signal == "KILL" {
-		sig, name = client.SIGKILL, "KILL"
+		sig, name = envdclient.SIGKILL, "KILL"
 	}
 	e, lease, err := findProcess(ctx, c, "process", in.Process)
 	if err != nil {
@@ -60,9 +60,9 @@ func runProcessSignal(ctx context.Context, c *Call, in *processSignalInput) (*pr
 	}
 	// send reports whether the signal reached the process: envd not knowing
 	// the pid means it ended before the signal did.
-	send := func(s client.Signal, name string) (bool, error) {
-		err := lease.Client.SendSignal(ctx, client.ByPid(e.pid), s)
-		if client.IsNotFound(err) {
+	send := func(s envdclient.Signal, name string) (bool, error) {
+		err := lease.Client.SendSignal(ctx, envdclient.ByPid(e.pid), s)
+		if envdclient.IsNotFound(err) {
 			return false, nil
 		}
 		if err != nil {
@@ -86,8 +86,8 @@ func runProcessSignal(ctx context.Context, c *Call, in *processSignalInput) (*pr
 	case !sent:
 		c.Notice("Process %s had already ended when the signal was sent, but how it ended has not been reported yet; check again with process_output.", e.handle)
 	default:
-		if sig == client.SIGTERM {
-			if out.EscalatedToKill, err = send(client.SIGKILL, "KILL"); err != nil {
+		if sig == envdclient.SIGTERM {
+			if out.EscalatedToKill, err = send(envdclient.SIGKILL, "KILL"); err != nil {
 				return nil, err
 			}
 		}

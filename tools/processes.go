@@ -8,7 +8,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/sandbox-mcp/sandbox-mcp/envd/client"
+	"github.com/sandbox-mcp/sandbox-mcp/envd/envdclient"
 )
 
 // maxEndedProcesses bounds the ended processes a workspace remembers; the
@@ -103,7 +103,7 @@ func (e *procEntry) setEnd(end procEnd) {
 }
 
 // endFromResult turns the client's view of an ended process into a procEnd.
-func endFromResult(res *client.Result, err error) procEnd {
+func endFromResult(res *envdclient.Result, err error) procEnd {
 	now := time.Now()
 	if err != nil || res == nil {
 		return procEnd{status: statusUnknown, endedAt: now, lostContact: true,
@@ -134,7 +134,7 @@ type procSpace struct {
 
 // add records e for workspace key and, when h is set, follows it until it
 // ends. An entry of an older generation than the workspace's is not kept.
-func (r *processRegistry) add(key string, e *procEntry, h *client.Handle) {
+func (r *processRegistry) add(key string, e *procEntry, h *envdclient.Handle) {
 	r.mu.Lock()
 	if r.spaces == nil {
 		r.spaces = map[string]*procSpace{}

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"testing"
 
-	envdclient "github.com/sandbox-mcp/sandbox-mcp/envd/client"
+	"github.com/sandbox-mcp/sandbox-mcp/envd/envdclient"
 )
 
 func TestPutFilesTextBase64AndMode(t *testing.T) {

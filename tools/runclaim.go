@@ -6,7 +6,7 @@ import (
 	"path"
 	"sync"
 
-	"github.com/sandbox-mcp/sandbox-mcp/envd/client"
+	"github.com/sandbox-mcp/sandbox-mcp/envd/envdclient"
 )
 
 // Where runs keep their logs, relative to the workspace root. Each run gets
@@ -32,7 +32,7 @@ type runClaim struct {
 	key  string
 	gen  int64
 	root string // workspace root in the sandbox
-	cli  *client.Client
+	cli  *envdclient.Client
 
 	mu      sync.Mutex
 	id      string // the run id (tentative until claimed)
@@ -40,7 +40,7 @@ type runClaim struct {
 	err     error
 }
 
-func newRunClaim(d *Deps, key string, gen int64, root string, cli *client.Client) *runClaim {
+func newRunClaim(d *Deps, key string, gen int64, root string, cli *envdclient.Client) *runClaim {
 	return &runClaim{d: d, key: key, gen: gen, root: root, cli: cli, id: formatRunID(gen, d.runs.next(key))}
 }
 

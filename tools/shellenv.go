@@ -11,7 +11,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/sandbox-mcp/sandbox-mcp/envd/client"
+	"github.com/sandbox-mcp/sandbox-mcp/envd/envdclient"
 	"github.com/sandbox-mcp/sandbox-mcp/manage"
 )
 
@@ -94,7 +94,7 @@ func (p shellProfile) command(line string, login bool, user map[string]string) (
 // a profile that exits, unreadable output) gives a loginOnly profile and is
 // logged; an error is a failed call (cancelled, or a sandbox in trouble),
 // which nothing should remember.
-func loadShellProfile(ctx context.Context, cli *client.Client, sandboxID string, log *slog.Logger) (shellProfile, error) {
+func loadShellProfile(ctx context.Context, cli *envdclient.Client, sandboxID string, log *slog.Logger) (shellProfile, error) {
 	sh, err := detectShell(ctx, cli)
 	if err != nil {
 		return shellProfile{}, err
@@ -125,11 +125,11 @@ func (e *captureError) Error() string { return "login environment capture: " + e
 
 // captureLoginEnv runs captureScript with sh and returns loginEnvDelta of
 // what it printed.
-func captureLoginEnv(ctx context.Context, cli *client.Client, sh string) (map[string]string, error) {
-	res, err := cli.Run(ctx, client.Command{Cmd: sh, Args: []string{"-c", captureScript, sh}, Timeout: captureTimeout},
-		client.RunOptions{StdoutLimit: captureLimit, StderrLimit: captureStderrLimit})
+func captureLoginEnv(ctx context.Context, cli *envdclient.Client, sh string) (map[string]string, error) {
+	res, err := cli.Run(ctx, envdclient.Command{Cmd: sh, Args: []string{"-c", captureScript, sh}, Timeout: captureTimeout},
+		envdclient.RunOptions{StdoutLimit: captureLimit, StderrLimit: captureStderrLimit})
 	switch {
-	case err != nil && (ctx.Err() != nil || client.IsPossibleLoss(err)):
+	case err != nil && (ctx.Err() != nil || envdclient.IsPossibleLoss(err)):
 		return nil, err
 	case err != nil:
 		return nil, &captureError{reason: err.Error()}
@@ -326,20 +326,20 @@ func (s *shellCache) profileFor(ctx context.Context, c *Call, l *manage.Lease) (
 // detectShell finds the shell of command strings: a Stat of /bin/bash, and,
 // when that is refused (a daemon confined to the workspace cannot stat
 // system files), a probe that runs bash.
-func detectShell(ctx context.Context, cli *client.Client) (string, error) {
+func detectShell(ctx context.Context, cli *envdclient.Client) (string, error) {
 	e, err := cli.Stat(ctx, "/bin/bash")
 	switch {
-	case err == nil && e.Type != client.TypeDir:
+	case err == nil && e.Type != envdclient.TypeDir:
 		return "/bin/bash", nil
-	case client.IsNotFound(err):
+	case envdclient.IsNotFound(err):
 		return "/bin/sh", nil
-	case err != nil && client.IsPossibleLoss(err):
+	case err != nil && envdclient.IsPossibleLoss(err):
 		return "", err
 	}
-	res, err := cli.Run(ctx, client.Command{Cmd: "bash", Args: []string{"-c", ":"}, Timeout: 30 * time.Second},
-		client.RunOptions{StdoutLimit: -1, StderrLimit: -1})
+	res, err := cli.Run(ctx, envdclient.Command{Cmd: "bash", Args: []string{"-c", ":"}, Timeout: 30 * time.Second},
+		envdclient.RunOptions{StdoutLimit: -1, StderrLimit: -1})
 	switch {
-	case client.IsNotFound(err):
+	case envdclient.IsNotFound(err):
 		return "/bin/sh", nil
 	case err != nil:
 		return "", err

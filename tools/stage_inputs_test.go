@@ -9,7 +9,7 @@ import (
 	"syscall"
 	"testing"
 
-	envdclient "github.com/sandbox-mcp/sandbox-mcp/envd/client"
+	"github.com/sandbox-mcp/sandbox-mcp/envd/envdclient"
 )
 
 // hostTreeFixture builds a stage root on the host:

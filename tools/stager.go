@@ -10,7 +10,7 @@ import (
 
 	"connectrpc.com/connect"
 
-	"github.com/sandbox-mcp/sandbox-mcp/envd/client"
+	"github.com/sandbox-mcp/sandbox-mcp/envd/envdclient"
 )
 
 // workspaceCopyListDepth is how deep stage_inputs lists a workspace
@@ -20,7 +20,7 @@ const workspaceCopyListDepth = 256
 // stager performs the plans of one stage_inputs call in the sandbox.
 type stager struct {
 	c    *Call
-	cli  *client.Client
+	cli  *envdclient.Client
 	root string        // the workspace root in the sandbox
 	r    *pathResolver // the current input's
 }
@@ -44,14 +44,14 @@ func (s *stager) stageTree(ctx context.Context, p stagePlan) (stagedInput, error
 		return stagedInput{}, err
 	}
 	toAbs, toReal := to.abs, to.real
-	var toType client.FileType
+	var toType envdclient.FileType
 	if to.exists {
 		toType = to.entry.Type
 	}
-	if !t.isDir && toType == client.TypeDir {
+	if !t.isDir && toType == envdclient.TypeDir {
 		// A file staged onto a directory goes inside it.
 		toAbs = path.Join(toAbs, path.Base(t.rel))
-		toReal, toType = path.Join(toReal, path.Base(t.rel)), client.TypeUnknown
+		toReal, toType = path.Join(toReal, path.Base(t.rel)), envdclient.TypeUnknown
 		e, exists, err := s.r.stat(ctx, toReal)
 		if err != nil {
 			return stagedInput{}, s.c.Check(err)
@@ -60,13 +60,13 @@ func (s *stager) stageTree(ctx context.Context, p stagePlan) (stagedInput, error
 			toType = e.Type
 		}
 	}
-	if t.isDir && toType != client.TypeUnknown && toType != client.TypeDir {
+	if t.isDir && toType != envdclient.TypeUnknown && toType != envdclient.TypeDir {
 		return stagedInput{}, inputErr(toField, "%q exists and is not a directory; give another destination for the directory %s", s.r.rel(toAbs), p.spec.From)
 	}
 	if !t.isDir && toAbs == s.r.root {
 		return stagedInput{}, inputErr(toField, "the workspace root cannot be replaced by a file; give a file path")
 	}
-	fresh := toType == client.TypeUnknown
+	fresh := toType == envdclient.TypeUnknown
 	items, total, err := s.treeItems(ctx, t, toField, toAbs, toReal, fresh)
 	if err != nil {
 		return stagedInput{}, err
@@ -166,22 +166,22 @@ func (s *stager) stageWorkspace(ctx context.Context, p stagePlan) (stagedInput, 
 	if toReal == srcReal || strings.HasPrefix(toReal, srcReal+"/") {
 		return stagedInput{}, inputErr(toField, "%q is inside the source %s; a directory cannot be copied into itself", p.to, p.spec.From)
 	}
-	var toType client.FileType
+	var toType envdclient.FileType
 	if to.exists {
 		toType = to.entry.Type
 	}
 	res := stagedInput{From: p.spec.From, Mode: "copy"}
 	switch src.Type {
-	case client.TypeFile:
-		if toType == client.TypeDir {
+	case envdclient.TypeFile:
+		if toType == envdclient.TypeDir {
 			toAbs, toReal = path.Join(toAbs, path.Base(srcAbs)), path.Join(toReal, path.Base(srcAbs))
 		}
 		if res.Bytes, err = s.copyFile(ctx, p.field, srcReal, toReal); err != nil {
 			return stagedInput{}, err
 		}
 		res.Files = 1
-	case client.TypeDir:
-		if toType != client.TypeUnknown && toType != client.TypeDir {
+	case envdclient.TypeDir:
+		if toType != envdclient.TypeUnknown && toType != envdclient.TypeDir {
 			return stagedInput{}, inputErr(toField, "%q exists and is not a directory; give another destination for the directory %s", p.to, p.spec.From)
 		}
 		if res.Files, res.Bytes, err = s.copyDir(ctx, p.field, srcReal, toReal); err != nil {
@@ -221,7 +221,7 @@ func (s *stager) copyDir(ctx context.Context, field, srcReal, toReal string) (fi
 		return 0, 0, s.c.Check(err)
 	}
 	for _, e := range entries {
-		if e.Type == client.TypeFile {
+		if e.Type == envdclient.TypeFile {
 			files++
 			bytes += e.Size
 		}
@@ -249,7 +249,7 @@ func (s *stager) link(ctx context.Context, p stagePlan, srcAbs, toAbs string) (s
 	if err != nil {
 		return stagedInput{}, s.c.Check(err)
 	}
-	if exists && e.Type == client.TypeDir {
+	if exists && e.Type == envdclient.TypeDir {
 		return stagedInput{}, inputErr(toField, "%q is an existing directory; give a new path for the link", p.to)
 	}
 	target, err := filepath.Rel(parentReal, srcAbs)
@@ -270,7 +270,7 @@ func (s *stager) link(ctx context.Context, p stagePlan, srcAbs, toAbs string) (s
 // ensureDir creates dir and its parents, unless the resolver saw it is a
 // directory already.
 func (s *stager) ensureDir(ctx context.Context, dir string) error {
-	if e, exists, known := s.r.known(dir); known && exists && e.Type == client.TypeDir {
+	if e, exists, known := s.r.known(dir); known && exists && e.Type == envdclient.TypeDir {
 		return nil
 	}
 	_, err := s.cli.MakeDir(ctx, dir)
@@ -280,7 +280,7 @@ func (s *stager) ensureDir(ctx context.Context, dir string) error {
 // command runs argv in the sandbox (no shell) and turns a failure into an
 // error quoting its stderr.
 func (s *stager) command(ctx context.Context, field, name string, args ...string) error {
-	res, err := s.cli.Run(ctx, client.Command{Cmd: name, Args: args}, client.RunOptions{StdoutLimit: -1, StderrLimit: 4 << 10})
+	res, err := s.cli.Run(ctx, envdclient.Command{Cmd: name, Args: args}, envdclient.RunOptions{StdoutLimit: -1, StderrLimit: 4 << 10})
 	if err != nil {
 		err = s.c.Check(err)
 		if isLost(err) {

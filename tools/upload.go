@@ -16,7 +16,7 @@ import (
 
 	"connectrpc.com/connect"
 
-	"github.com/sandbox-mcp/sandbox-mcp/envd/client"
+	"github.com/sandbox-mcp/sandbox-mcp/envd/envdclient"
 	"github.com/sandbox-mcp/sandbox-mcp/manage"
 )
 
@@ -134,9 +134,9 @@ func (b *uploadBatch) prepare(ctx context.Context) error {
 				return err
 			}
 			b.addNewDir(top)
-		case e.Type == client.TypeDir:
+		case e.Type == envdclient.TypeDir:
 			return inputErr(it.field, "%s is a directory; give the path of a file inside it", it.shown)
-		case e.Type != client.TypeFile:
+		case e.Type != envdclient.TypeFile:
 			return inputErr(it.field, "%s exists and is not a regular file (%s); remove it first", it.shown, e.Permissions)
 		default:
 			b.prevMode[i] = fs.FileMode(e.Mode)
@@ -158,7 +158,7 @@ func (b *uploadBatch) missingTop(ctx context.Context, field, dir string) (string
 			top = d
 			continue
 		}
-		if e.Type != client.TypeDir {
+		if e.Type != envdclient.TypeDir {
 			return "", inputErr(field, "cannot create files under %s: it is not a directory", b.r.rel(d))
 		}
 		break
@@ -183,7 +183,7 @@ func (b *uploadBatch) upload(ctx context.Context, i int) error {
 	defer r.Close()
 	tmp := tempName(it.dest, tmpMarker)
 	b.temps[i] = tmp
-	return b.c.Check(b.r.cli.Upload(ctx, tmp, r, client.UploadOptions{}))
+	return b.c.Check(b.r.cli.Upload(ctx, tmp, r, envdclient.UploadOptions{}))
 }
 
 // abort removes what the batch created and returns err explained.
@@ -215,7 +215,7 @@ func (b *uploadBatch) remove(p string) { removeQuietly(b.c, b.r.cli, p) }
 
 // removeQuietly deletes p in the sandbox, even when the call's context
 // ended, logging a failure (it only cleans up after another failure).
-func removeQuietly(c *Call, cli *client.Client, p string) {
+func removeQuietly(c *Call, cli *envdclient.Client, p string) {
 	ctx, cancel := context.WithTimeout(context.Background(), cleanupTimeout)
 	defer cancel()
 	if err := cli.Remove(ctx, p); err != nil {
@@ -244,7 +244,7 @@ func (b *uploadBatch) applyModes(ctx context.Context, results []uploadResult) er
 	}
 	for _, mode := range order {
 		args := append([]string{octalMode(mode), "--"}, groups[mode]...)
-		res, err := b.r.cli.Run(ctx, client.Command{Cmd: "chmod", Args: args}, client.RunOptions{StdoutLimit: -1, StderrLimit: 4 << 10})
+		res, err := b.r.cli.Run(ctx, envdclient.Command{Cmd: "chmod", Args: args}, envdclient.RunOptions{StdoutLimit: -1, StderrLimit: 4 << 10})
 		if err != nil {
 			err = b.c.Check(err)
 			if isLost(err) {
@@ -315,10 +315,7 @@ func parseMode(field, s string) (fs.FileMode, error) {
 
 // isLost reports whether err is a lost sandbox, which must reach the model
 // as it is, with its notice.
-func isLost(err error) bool {
-	_, ok := manage.IsLost(err)
-	return ok
-}
+func isLost(err error) bool { return manage.IsLost(err) }
 
 // relText rewrites absolute sandbox paths under root in an envd message as
 // workspace-relative ones (the model only ever sees those).

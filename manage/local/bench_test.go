@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sandbox-mcp/sandbox-mcp/envd/client"
+	"github.com/sandbox-mcp/sandbox-mcp/envd/envdclient"
 	"github.com/sandbox-mcp/sandbox-mcp/envd/envdtest"
 	"github.com/sandbox-mcp/sandbox-mcp/internal/testenv"
 	"github.com/sandbox-mcp/sandbox-mcp/manage"
@@ -43,11 +43,11 @@ func BenchmarkCreateToFirstRun(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				c, err := client.New(ep.URL, client.WithEnvdVersion(ep.EnvdVersion))
+				c, err := envdclient.New(ep.URL, envdclient.WithEnvdVersion(ep.EnvdVersion))
 				if err != nil {
 					b.Fatal(err)
 				}
-				res, err := c.Run(ctx, client.Command{Cmd: "true"}, client.RunOptions{})
+				res, err := c.Run(ctx, envdclient.Command{Cmd: "true"}, envdclient.RunOptions{})
 				if err != nil || res.ExitCode != 0 {
 					b.Fatalf("run true: %+v, %v", res, err)
 				}

@@ -14,7 +14,7 @@ import (
 
 	"connectrpc.com/connect"
 
-	"github.com/sandbox-mcp/sandbox-mcp/envd/client"
+	"github.com/sandbox-mcp/sandbox-mcp/envd/envdclient"
 	"github.com/sandbox-mcp/sandbox-mcp/internal/testenv"
 	"github.com/sandbox-mcp/sandbox-mcp/manage"
 )
@@ -195,7 +195,7 @@ func TestNoIsolation(t *testing.T) {
 	if _, err := c.ListDir(testCtx(t), "/etc", 1); err == nil {
 		t.Errorf("ListDir /etc succeeded, want a refusal")
 	}
-	if err := c.Upload(testCtx(t), "inside.txt", strings.NewReader("ok"), client.UploadOptions{}); err != nil {
+	if err := c.Upload(testCtx(t), "inside.txt", strings.NewReader("ok"), envdclient.UploadOptions{}); err != nil {
 		t.Errorf("upload inside the workspace: %v", err)
 	}
 	if data, err := os.ReadFile(filepath.Join(ws, "inside.txt")); err != nil || string(data) != "ok" {

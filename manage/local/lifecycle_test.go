@@ -16,7 +16,7 @@ import (
 	"connectrpc.com/connect"
 	"golang.org/x/sys/unix"
 
-	"github.com/sandbox-mcp/sandbox-mcp/envd/client"
+	"github.com/sandbox-mcp/sandbox-mcp/envd/envdclient"
 	"github.com/sandbox-mcp/sandbox-mcp/internal/testenv"
 	"github.com/sandbox-mcp/sandbox-mcp/manage"
 )
@@ -204,7 +204,7 @@ func TestPauseResume(t *testing.T) {
 func testPauseResume(t *testing.T, p *Provider, checkPaused func(t *testing.T, id string)) {
 	sb := create(t, p, manage.SandboxConfig{})
 	c := connectTo(t, p, sb.ID)
-	h, err := c.Start(testCtx(t), client.Command{Cmd: "/bin/sh", Args: []string{"-c", "while :; do date +%s%N >> counter; sleep 0.05; done"}}, false, client.StartOptions{})
+	h, err := c.Start(testCtx(t), envdclient.Command{Cmd: "/bin/sh", Args: []string{"-c", "while :; do date +%s%N >> counter; sleep 0.05; done"}}, envdclient.StartOptions{})
 	if err != nil {
 		t.Fatalf("Start: %v", err)
 	}
@@ -255,7 +255,7 @@ func TestStoppedSandboxResumes(t *testing.T) {
 	sb := create(t, p1, manage.SandboxConfig{Env: map[string]string{"KEPT": "yes"}})
 	c := connectTo(t, p1, sb.ID)
 	shOK(t, c, "echo kept > /workspace/file")
-	h, err := c.Start(testCtx(t), client.Command{Cmd: "sleep", Args: []string{"1000"}}, false, client.StartOptions{})
+	h, err := c.Start(testCtx(t), envdclient.Command{Cmd: "sleep", Args: []string{"1000"}}, envdclient.StartOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -589,13 +589,13 @@ func TestConcurrentUse(t *testing.T) {
 				errs <- err
 				return
 			}
-			c, err := client.New(ep.URL)
+			c, err := envdclient.New(ep.URL)
 			if err != nil {
 				errs <- err
 				return
 			}
 			defer c.Close()
-			res, err := c.Run(ctx, client.Command{Cmd: "/bin/sh", Args: []string{"-c", fmt.Sprintf("echo %d > /workspace/n; cat /workspace/n", i)}}, client.RunOptions{})
+			res, err := c.Run(ctx, envdclient.Command{Cmd: "/bin/sh", Args: []string{"-c", fmt.Sprintf("echo %d > /workspace/n; cat /workspace/n", i)}}, envdclient.RunOptions{})
 			if err != nil || strings.TrimSpace(string(res.Stdout.Bytes())) != fmt.Sprint(i) {
 				errs <- fmt.Errorf("sandbox %d: %+v, %v", i, res, err)
 				return

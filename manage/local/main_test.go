@@ -17,7 +17,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sandbox-mcp/sandbox-mcp/envd/client"
+	"github.com/sandbox-mcp/sandbox-mcp/envd/envdclient"
 	"github.com/sandbox-mcp/sandbox-mcp/envd/envdtest"
 	"github.com/sandbox-mcp/sandbox-mcp/internal/testenv"
 	"github.com/sandbox-mcp/sandbox-mcp/manage"
@@ -249,24 +249,24 @@ func create(t testing.TB, p *Provider, cfg manage.SandboxConfig) manage.Sandbox 
 }
 
 // connect returns an envd client for sandbox id.
-func connectTo(t testing.TB, p *Provider, id string) *client.Client {
+func connectTo(t testing.TB, p *Provider, id string) *envdclient.Client {
 	t.Helper()
 	ep, err := p.Endpoint(testCtx(t), id)
 	if err != nil {
 		t.Fatalf("Endpoint(%s): %v", id, err)
 	}
-	c, err := client.New(ep.URL, client.WithEnvdVersion(ep.EnvdVersion))
+	c, err := envdclient.New(ep.URL, envdclient.WithEnvdVersion(ep.EnvdVersion))
 	if err != nil {
-		t.Fatalf("client.New(%s): %v", ep.URL, err)
+		t.Fatalf("envdclient.New(%s): %v", ep.URL, err)
 	}
 	t.Cleanup(c.Close)
 	return c
 }
 
 // sh runs script with /bin/sh -c in the sandbox and returns its result.
-func sh(t testing.TB, c *client.Client, script string) *client.Result {
+func sh(t testing.TB, c *envdclient.Client, script string) *envdclient.Result {
 	t.Helper()
-	res, err := c.Run(testCtx(t), client.Command{Cmd: "/bin/sh", Args: []string{"-c", script}}, client.RunOptions{})
+	res, err := c.Run(testCtx(t), envdclient.Command{Cmd: "/bin/sh", Args: []string{"-c", script}}, envdclient.RunOptions{})
 	if err != nil {
 		t.Fatalf("run %q: %v", script, err)
 	}
@@ -274,7 +274,7 @@ func sh(t testing.TB, c *client.Client, script string) *client.Result {
 }
 
 // shOK runs script, requires exit status 0 and returns its trimmed stdout.
-func shOK(t testing.TB, c *client.Client, script string) string {
+func shOK(t testing.TB, c *envdclient.Client, script string) string {
 	t.Helper()
 	res := sh(t, c, script)
 	if res.ExitCode != 0 {
@@ -284,7 +284,7 @@ func shOK(t testing.TB, c *client.Client, script string) string {
 }
 
 // shFails runs script and requires a non-zero exit status.
-func shFails(t testing.TB, c *client.Client, script string) string {
+func shFails(t testing.TB, c *envdclient.Client, script string) string {
 	t.Helper()
 	res := sh(t, c, script)
 	if res.ExitCode == 0 {

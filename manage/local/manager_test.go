@@ -17,7 +17,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sandbox-mcp/sandbox-mcp/envd/client"
+	"github.com/sandbox-mcp/sandbox-mcp/envd/envdclient"
 	"github.com/sandbox-mcp/sandbox-mcp/manage"
 	"github.com/sandbox-mcp/sandbox-mcp/manage/boltstore"
 )
@@ -65,8 +65,8 @@ func (s *stack) close() {
 	_ = s.store.Close()
 }
 
-func shCmd(script string) client.Command {
-	return client.Command{Cmd: "/bin/sh", Args: []string{"-c", script}}
+func shCmd(script string) envdclient.Command {
+	return envdclient.Command{Cmd: "/bin/sh", Args: []string{"-c", script}}
 }
 
 // envdPid returns the envd process of the daemon p runs for sandbox id:
@@ -127,7 +127,7 @@ func TestLocalDaemonKilledMidCommand(t *testing.T) {
 	started := &firstWrite{ch: make(chan struct{})}
 	errc := make(chan error, 1)
 	go func() {
-		_, err := l.Client.Run(ctx, shCmd("echo ran >> count; echo started; exec sleep 300"), client.RunOptions{Stdout: started})
+		_, err := l.Client.Run(ctx, shCmd("echo ran >> count; echo started; exec sleep 300"), envdclient.RunOptions{Stdout: started})
 		errc <- l.Check(context.Background(), err)
 	}()
 	select {
@@ -149,7 +149,7 @@ func TestLocalDaemonKilledMidCommand(t *testing.T) {
 	}
 	returned := time.Since(killed)
 	l.Release()
-	le, ok := manage.IsLost(err)
+	le, ok := manage.AsLost(err)
 	if !ok || le.NotRun || !le.Replaced || le.Generation != 2 {
 		t.Fatalf("call during the daemon's death = %v (%+v); want 'may have partly run', replaced by generation 2", err, le)
 	}
@@ -165,7 +165,7 @@ func TestLocalDaemonKilledMidCommand(t *testing.T) {
 	if n := runs(t, s.p, l.Sandbox.ID, "count"); n != 1 {
 		t.Fatalf("the command ran %d times; want exactly 1", n)
 	}
-	if res, err := l.Client.Run(ctx, shCmd("echo ran >> count"), client.RunOptions{}); err != nil || res.ExitCode != 0 {
+	if res, err := l.Client.Run(ctx, shCmd("echo ran >> count"), envdclient.RunOptions{}); err != nil || res.ExitCode != 0 {
 		t.Fatal(res, err)
 	}
 	if n := runs(t, s.p, l.Sandbox.ID, "count"); n != 2 {
@@ -197,10 +197,10 @@ func TestLocalDaemonKilledWhileIdle(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = l.Client.Run(ctx, shCmd("echo ran >> count"), client.RunOptions{})
+	_, err = l.Client.Run(ctx, shCmd("echo ran >> count"), envdclient.RunOptions{})
 	err = l.Check(context.Background(), err)
 	l.Release()
-	le, ok := manage.IsLost(err)
+	le, ok := manage.AsLost(err)
 	if !ok || !le.NotRun || !le.Replaced || le.Generation != 2 {
 		t.Fatalf("call after an idle death = %v (%+v); want NOT run, replaced by generation 2", err, le)
 	}
@@ -219,7 +219,7 @@ func TestLocalPauseResumeKeepsProcesses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, err := l.Client.Start(ctx, shCmd("while :; do echo tick >> ticks; sleep 0.05; done"), false, client.StartOptions{})
+	h, err := l.Client.Start(ctx, shCmd("while :; do echo tick >> ticks; sleep 0.05; done"), envdclient.StartOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -245,7 +245,7 @@ func TestLocalPauseResumeKeepsProcesses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.ContainsFunc(procs, func(p client.ProcessInfo) bool { return p.Pid == pid }) {
+	if !slices.ContainsFunc(procs, func(p envdclient.ProcessInfo) bool { return p.Pid == pid }) {
 		t.Fatalf("background process %d gone after pause and resume: %+v", pid, procs)
 	}
 	// And it still makes progress: its file grows past what it was.
@@ -253,7 +253,7 @@ func TestLocalPauseResumeKeepsProcesses(t *testing.T) {
 	before := fileSize(ticks)
 	wctx, cancel := context.WithTimeout(ctx, failGuard)
 	defer cancel()
-	w, err := l.Client.Watch(wctx, "", false, false)
+	w, err := l.Client.Watch(wctx, "", envdclient.WatchOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -265,7 +265,7 @@ func TestLocalPauseResumeKeepsProcesses(t *testing.T) {
 	}()
 	wrote := false
 	for ev := range w.Events() {
-		if ev.Name == "ticks" && ev.Type == client.EventWrite {
+		if ev.Name == "ticks" && ev.Type == envdclient.EventWrite {
 			wrote = true
 			break
 		}
@@ -297,7 +297,7 @@ func TestLocalNamedWorkspaceSurvivesRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := l.Client.Upload(ctx, "notes.txt", strings.NewReader("kept across restarts"), client.UploadOptions{}); err != nil {
+	if err := l.Client.Upload(ctx, "notes.txt", strings.NewReader("kept across restarts"), envdclient.UploadOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	id := l.Sandbox.ID
@@ -336,7 +336,7 @@ func BenchmarkManagerColdAcquire(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		if _, err := l.Client.Run(b.Context(), client.Command{Cmd: "/bin/true"}, client.RunOptions{}); err != nil {
+		if _, err := l.Client.Run(b.Context(), envdclient.Command{Cmd: "/bin/true"}, envdclient.RunOptions{}); err != nil {
 			b.Fatal(err)
 		}
 		l.Release()

@@ -17,7 +17,7 @@ import (
 	mcpclient "github.com/mark3labs/mcp-go/client"
 	"github.com/mark3labs/mcp-go/mcp"
 
-	"github.com/sandbox-mcp/sandbox-mcp/envd/client"
+	"github.com/sandbox-mcp/sandbox-mcp/envd/envdclient"
 	"github.com/sandbox-mcp/sandbox-mcp/manage"
 )
 
@@ -137,7 +137,7 @@ func TestKillForeignSandbox(t *testing.T) {
 			b := newProvider(t, cfg)
 			sa := create(t, a, manage.SandboxConfig{})
 			ca := connectTo(t, a, sa.ID)
-			h, err := ca.Start(testCtx(t), client.Command{Cmd: "sleep", Args: []string{"1000"}}, false, client.StartOptions{})
+			h, err := ca.Start(testCtx(t), envdclient.Command{Cmd: "sleep", Args: []string{"1000"}}, envdclient.StartOptions{})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -3,7 +3,7 @@ package managetest_test
 import (
 	"testing"
 
-	"github.com/sandbox-mcp/sandbox-mcp/envd/client"
+	"github.com/sandbox-mcp/sandbox-mcp/envd/envdclient"
 	"github.com/sandbox-mcp/sandbox-mcp/manage"
 	"github.com/sandbox-mcp/sandbox-mcp/manage/managetest"
 )
@@ -23,12 +23,12 @@ func TestResumeKeepsEnv(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		c, err := client.New(ep.URL)
+		c, err := envdclient.New(ep.URL)
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer c.Close()
-		res, err := c.Run(ctx, client.Command{Cmd: "/bin/sh", Args: []string{"-c", `printf %s "$SBX_TEST_ENV"`}}, client.RunOptions{})
+		res, err := c.Run(ctx, envdclient.Command{Cmd: "/bin/sh", Args: []string{"-c", `printf %s "$SBX_TEST_ENV"`}}, envdclient.RunOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}

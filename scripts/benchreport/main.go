@@ -228,10 +228,10 @@ func rows() []row {
 	m := func(bench, unit string) metric { return metric{bench, unit} }
 	p := func(bench, unit string) *metric { return &metric{bench, unit} }
 	return []row{
-		{what: "`true` via envd client `Run` (unix socket, daemon process), p50", m: m("envd/client.BenchmarkRunTrue", "p50-µs"), base: p("envd/client.BenchmarkExecTrue", "p50-µs"), baseWhat: "os/exec `true`", goal: "ratio ≤ 2"},
-		{what: "`true` via envd client `Run`, p99", m: m("envd/client.BenchmarkRunTrue", "p99-µs"), base: p("envd/client.BenchmarkExecTrue", "p99-µs"), baseWhat: "os/exec `true`, p99"},
-		{what: "workspace_exec `true`, built binary over stdio (bwrap sandbox), p50", m: m("main.BenchmarkStdioBinaryExecTrue", "p50-µs"), base: p("envd/client.BenchmarkExecTrue", "p50-µs"), baseWhat: "os/exec `true`"},
-		{what: "workspace_exec `true`, built binary over stdio, p99", m: m("main.BenchmarkStdioBinaryExecTrue", "p99-µs"), base: p("envd/client.BenchmarkExecTrue", "p99-µs"), baseWhat: "os/exec `true`, p99"},
+		{what: "`true` via envd client `Run` (unix socket, daemon process), p50", m: m("envd/envdclient.BenchmarkRunTrue", "p50-µs"), base: p("envd/envdclient.BenchmarkExecTrue", "p50-µs"), baseWhat: "os/exec `true`", goal: "ratio ≤ 2"},
+		{what: "`true` via envd client `Run`, p99", m: m("envd/envdclient.BenchmarkRunTrue", "p99-µs"), base: p("envd/envdclient.BenchmarkExecTrue", "p99-µs"), baseWhat: "os/exec `true`, p99"},
+		{what: "workspace_exec `true`, built binary over stdio (bwrap sandbox), p50", m: m("main.BenchmarkStdioBinaryExecTrue", "p50-µs"), base: p("envd/envdclient.BenchmarkExecTrue", "p50-µs"), baseWhat: "os/exec `true`"},
+		{what: "workspace_exec `true`, built binary over stdio, p99", m: m("main.BenchmarkStdioBinaryExecTrue", "p99-µs"), base: p("envd/envdclient.BenchmarkExecTrue", "p99-µs"), baseWhat: "os/exec `true`, p99"},
 		{what: "workspace_exec argv `true`, in-process MCP client (tools layer), mean", m: m("tools.BenchmarkWorkspaceExecTrue/argv", "ns/op"), base: p("tools.BenchmarkEnvdRunTrue", "ns/op"), baseWhat: "envd client `Run` alone, same kind of sandbox, mean", goal: "ratio ≤ 1.5"},
 		{what: "workspace_exec command `true` (bash -lc), in-process MCP client, mean", m: m("tools.BenchmarkWorkspaceExecTrue/command", "ns/op"), base: p("tools.BenchmarkEnvdRunTrue", "ns/op"), baseWhat: "envd client `Run` alone, mean"},
 		{what: "workspace_exec `true` over stdio (server, in-process pipes), p50", m: m("server.BenchmarkStdioExecTrue", "p50-µs"), base: p("server.BenchmarkEnvdRunTrue", "p50-µs"), baseWhat: "envd client `Run` alone, same sandbox kind (managetest)", goal: "ratio ≤ 1.5"},
@@ -253,9 +253,9 @@ func rows() []row {
 		{what: "Manager: cold acquire of a new workspace + first `true`, mean", m: m("manage/local.BenchmarkManagerColdAcquire", "ns/op"), base: p("manage/local.BenchmarkBwrapTrue", "p50-µs"), baseWhat: "`bwrap … /bin/true`"},
 		{what: "Manager: warm acquire + release (running sandbox), mean", m: m("manage/local.BenchmarkManagerWarmAcquire", "ns/op"), base: p("manage/local.BenchmarkExecTrue", "p50-µs"), baseWhat: "os/exec `true`"},
 		{what: "Manager: pause, then the next acquire resumes, mean", m: m("manage/local.BenchmarkManagerPauseResume", "ns/op"), base: p("manage/local.BenchmarkBwrapTrue", "p50-µs"), baseWhat: "`bwrap … /bin/true`"},
-		{what: "stdout throughput, 256 MiB through envd to the client", m: m("envd/client.BenchmarkStdoutThroughput", "MB/s"), goal: "≥ 500 MB/s"},
-		{what: "envd daemon peak RSS during 256 MiB of stdout", m: m("envd/client.BenchmarkStdoutThroughput", "daemon-peak-MiB")},
-		{what: "client peak RSS, 256 MiB of stdout", m: m("envd/client.BenchmarkStdoutThroughput", "client-peak-MiB-256MiB"), base: p("envd/client.BenchmarkStdoutThroughput", "client-peak-MiB-64MiB"), baseWhat: "client peak RSS, 64 MiB", goal: "independent of output size"},
+		{what: "stdout throughput, 256 MiB through envd to the client", m: m("envd/envdclient.BenchmarkStdoutThroughput", "MB/s"), goal: "≥ 500 MB/s"},
+		{what: "envd daemon peak RSS during 256 MiB of stdout", m: m("envd/envdclient.BenchmarkStdoutThroughput", "daemon-peak-MiB")},
+		{what: "client peak RSS, 256 MiB of stdout", m: m("envd/envdclient.BenchmarkStdoutThroughput", "client-peak-MiB-256MiB"), base: p("envd/envdclient.BenchmarkStdoutThroughput", "client-peak-MiB-64MiB"), baseWhat: "client peak RSS, 64 MiB", goal: "independent of output size"},
 		{what: "put_files throughput (8 MiB file)", m: m("tools.BenchmarkPutFiles", "MB/s"), base: p("tools.BenchmarkCopyBaseline", "MB/s"), baseWhat: "cp of the same file on the host"},
 		{what: "read_files throughput (8 MiB file)", m: m("tools.BenchmarkReadFiles", "MB/s"), base: p("tools.BenchmarkCopyBaseline", "MB/s"), baseWhat: "cp of the same file on the host"},
 		{what: "put_files throughput (8 MiB text), built binary over stdio", m: m("main.BenchmarkStdioBinaryPutFiles/8MiB", "MB/s"), base: p("tools.BenchmarkCopyBaseline", "MB/s"), baseWhat: "cp of an 8 MiB file on the host", goal: "≥ 100 MB/s"},

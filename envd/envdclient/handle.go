@@ -1,4 +1,4 @@
-package client
+package envdclient
 
 import (
 	"context"
@@ -98,13 +98,19 @@ func (c *Client) Kill(ctx context.Context, sel Selector) error {
 	return err
 }
 
-// SendInput writes data to the selected process's stdin (or its terminal,
-// for a PTY process when pty is true).
-func (c *Client) SendInput(ctx context.Context, sel Selector, data []byte, pty bool) error {
-	in := &process.ProcessInput{Input: &process.ProcessInput_Stdin{Stdin: data}}
-	if pty {
-		in.Input = &process.ProcessInput_Pty{Pty: data}
-	}
+// SendInput writes data to the selected process's stdin pipe. For a PTY
+// process use SendPTYInput.
+func (c *Client) SendInput(ctx context.Context, sel Selector, data []byte) error {
+	return c.sendInput(ctx, sel, &process.ProcessInput{Input: &process.ProcessInput_Stdin{Stdin: data}})
+}
+
+// SendPTYInput writes data to the selected PTY process's terminal, as if
+// typed (a "\r" is Enter, "\x04" Ctrl+D).
+func (c *Client) SendPTYInput(ctx context.Context, sel Selector, data []byte) error {
+	return c.sendInput(ctx, sel, &process.ProcessInput{Input: &process.ProcessInput_Pty{Pty: data}})
+}
+
+func (c *Client) sendInput(ctx context.Context, sel Selector, in *process.ProcessInput) error {
 	_, err := c.procs.SendInput(ctx, connect.NewRequest(&process.SendInputRequest{Process: sel.proto(), Input: in}))
 	if err != nil {
 		return wrapCallError("send input to "+sel.String(), err)
@@ -204,18 +210,38 @@ type Handle struct {
 	err    error
 }
 
-// StartOptions says what a Handle keeps of the output (as RunOptions).
-type StartOptions = RunOptions
+// StartOptions configures Start: what the Handle keeps of the output (the
+// fields and defaults of RunOptions) and whether the process gets a stdin
+// pipe.
+type StartOptions struct {
+	// StdoutLimit and StderrLimit bound the bytes kept in memory per stream
+	// (head and tail). Zero means DefaultCaptureLimit; negative keeps none.
+	StdoutLimit, StderrLimit int
+	// Stdout and Stderr, when set, receive the whole stream as it arrives.
+	// A writer that fails stops receiving; Result.TeeErr says why.
+	Stdout, Stderr io.Writer
+	// OnStart is called with the pid once the process started.
+	OnStart func(pid uint32)
+	// Stdin gives the process a stdin pipe, written with SendInput and
+	// closed with CloseStdin. False (the default, as in E2B's SDKs) means
+	// none: stdin is /dev/null. A PTY process reads its terminal either way.
+	Stdin bool
+}
+
+// output returns the options that say what is kept of the output.
+func (o StartOptions) output() RunOptions {
+	return RunOptions{StdoutLimit: o.StdoutLimit, StderrLimit: o.StderrLimit, Stdout: o.Stdout, Stderr: o.Stderr, OnStart: o.OnStart}
+}
 
 // Start starts cmd in the background and returns once envd reported its pid.
-// Output is captured and teed as RunOptions says until the process ends or
-// the handle disconnects. cmd.Stdin must be nil: use SendInput and CloseStdin
-// on the handle, whose stdin pipe exists when withStdin is true.
+// Output is captured and teed as opts says until the process ends or the
+// handle disconnects. cmd.Stdin must be nil: use SendInput and CloseStdin on
+// the handle, whose stdin pipe exists when opts.Stdin is true.
 //
 // When ctx ends before the pid is known, the process is killed as an
 // abandoned Run's is (by tag, then by pid if its start event still comes,
 // bounded by the kill timeout), and Start returns ctx's error.
-func (c *Client) Start(ctx context.Context, cmd Command, withStdin bool, opts StartOptions) (*Handle, error) {
+func (c *Client) Start(ctx context.Context, cmd Command, opts StartOptions) (*Handle, error) {
 	if cmd.Stdin != nil {
 		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("Start takes no Stdin reader; use Handle.SendInput"))
 	}
@@ -223,15 +249,15 @@ func (c *Client) Start(ctx context.Context, cmd Command, withStdin bool, opts St
 		cmd.Tag = newTag()
 	}
 	open := func(streamCtx context.Context) (*connect.ServerStreamForClient[process.StartResponse], error) {
-		return c.startStream(streamCtx, cmd, withStdin)
+		return c.startStream(streamCtx, cmd, opts.Stdin)
 	}
-	return attachStream[*process.StartResponse](c, ctx, open, cmd, opts, true)
+	return attachStream[*process.StartResponse](c, ctx, open, cmd, opts.output(), true)
 }
 
 // Connect attaches to a running process (or one that ended within envd's
 // retention window) and returns its handle. Output from before the attach is
-// not replayed.
-func (c *Client) Connect(ctx context.Context, sel Selector, opts StartOptions) (*Handle, error) {
+// not replayed. What the handle keeps of the output is as for Run.
+func (c *Client) Connect(ctx context.Context, sel Selector, opts RunOptions) (*Handle, error) {
 	open := func(streamCtx context.Context) (*connect.ServerStreamForClient[process.ConnectResponse], error) {
 		req := connect.NewRequest(&process.ConnectRequest{Process: sel.proto()})
 		c.streamHeaders(req.Header())
@@ -263,7 +289,7 @@ type eventMsg interface{ GetEvent() *process.ProcessEvent }
 func attachStream[T eventMsg, S interface {
 	eventStream
 	Msg() T
-}](c *Client, ctx context.Context, open func(context.Context) (S, error), cmd Command, opts StartOptions, started bool) (*Handle, error) {
+}](c *Client, ctx context.Context, open func(context.Context) (S, error), cmd Command, opts RunOptions, started bool) (*Handle, error) {
 	streamCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	type first struct {
 		stream S
@@ -394,7 +420,7 @@ func (h *Handle) Disconnect() {
 
 // SendInput writes data to the process's stdin.
 func (h *Handle) SendInput(ctx context.Context, data []byte) error {
-	return h.c.SendInput(ctx, ByPid(h.pid), data, false)
+	return h.c.SendInput(ctx, ByPid(h.pid), data)
 }
 
 // CloseStdin closes the process's stdin (EOF).

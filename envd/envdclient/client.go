@@ -1,19 +1,21 @@
-// Package client is the Go client for envd, the daemon inside every sandbox:
-// sandbox-mcp's own (local and Docker sandboxes) and E2B's (cloud microVMs).
-// Every provider and tool reaches a sandbox through it.
+// Package envdclient is the Go client for envd, the daemon inside a sandbox:
+// sandbox-mcp's own (`sandbox-mcp envd`, which the local provider starts in
+// each sandbox) and any daemon speaking E2B's envd protocol, which ours
+// implements (WithSandboxRouting, WithEnvdVersion and WithJSON exist for
+// E2B's). The Manager and every tool reach a sandbox through it.
 //
 // It speaks the Connect protocol with the binary codec to the Process and
 // Filesystem services, and plain HTTP to /files and /health. Errors are
 // *connect.Error values with connect's closed set of codes; IsPossibleLoss
-// says whether one could mean the sandbox is gone, NotSent whether the failed
-// request certainly never reached the daemon.
+// says whether one could mean the sandbox is gone, IsNotSent whether the
+// failed request certainly never reached the daemon.
 //
 // Transport rules, enforced by New and on every request:
 //   - remote endpoints only over HTTPS; plain HTTP only to a loopback address
 //     or a unix socket;
 //   - no request, and no redirect, leaves the configured origin;
 //   - the access token is sent only to that origin and never logged.
-package client
+package envdclient
 
 import (
 	"context"

@@ -1,4 +1,4 @@
-package client
+package envdclient
 
 // Output is what Run kept of one stream: all of it when it fit the capture
 // limit, else the first and last bytes (head and tail) around a cut.

@@ -1,4 +1,4 @@
-package client_test
+package envdclient_test
 
 import (
 	"fmt"
@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sandbox-mcp/sandbox-mcp/envd/client"
+	"github.com/sandbox-mcp/sandbox-mcp/envd/envdclient"
 	"github.com/sandbox-mcp/sandbox-mcp/envd/envdtest"
 )
 
@@ -19,15 +19,15 @@ import (
 func BenchmarkRunTrue(b *testing.B) {
 	p := envdtest.StartProcess(b)
 	c := newClient(b, p.Endpoint)
-	cmd := client.Command{Cmd: "/bin/true"}
-	if _, err := c.Run(b.Context(), cmd, client.RunOptions{}); err != nil { // warm the connection
+	cmd := envdclient.Command{Cmd: "/bin/true"}
+	if _, err := c.Run(b.Context(), cmd, envdclient.RunOptions{}); err != nil { // warm the connection
 		b.Fatal(err)
 	}
 	ds := make([]time.Duration, 0, b.N)
 	b.ResetTimer()
 	for b.Loop() {
 		t0 := time.Now()
-		res, err := c.Run(b.Context(), cmd, client.RunOptions{})
+		res, err := c.Run(b.Context(), cmd, envdclient.RunOptions{})
 		if err != nil || res.ExitCode != 0 {
 			b.Fatal(res, err)
 		}
@@ -57,10 +57,10 @@ func BenchmarkStdoutThroughput(b *testing.B) {
 	const size = 256 << 20
 	p := envdtest.StartProcess(b)
 	c := newClient(b, p.Endpoint)
-	cmd := client.Command{Cmd: "head", Args: []string{"-c", strconv.Itoa(size), "/dev/zero"}}
+	cmd := envdclient.Command{Cmd: "head", Args: []string{"-c", strconv.Itoa(size), "/dev/zero"}}
 	b.SetBytes(size)
 	for b.Loop() {
-		res, err := c.Run(b.Context(), cmd, client.RunOptions{StdoutLimit: 1 << 20})
+		res, err := c.Run(b.Context(), cmd, envdclient.RunOptions{StdoutLimit: 1 << 20})
 		if err != nil || res.Stdout.Total != size {
 			b.Fatal(res, err)
 		}
@@ -106,7 +106,7 @@ func TestClientRSSHelper(t *testing.T) {
 	}
 	n, _ := strconv.Atoi(os.Getenv("ENVD_RSS_BYTES"))
 	c := newClient(t, endpoint)
-	res, err := c.Run(t.Context(), client.Command{Cmd: "head", Args: []string{"-c", strconv.Itoa(n), "/dev/zero"}}, client.RunOptions{StdoutLimit: 1 << 20})
+	res, err := c.Run(t.Context(), envdclient.Command{Cmd: "head", Args: []string{"-c", strconv.Itoa(n), "/dev/zero"}}, envdclient.RunOptions{StdoutLimit: 1 << 20})
 	if err != nil || res.Stdout.Total != int64(n) {
 		t.Fatal(res, err)
 	}

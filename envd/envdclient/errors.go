@@ -1,4 +1,4 @@
-package client
+package envdclient
 
 import (
 	"context"
@@ -82,10 +82,10 @@ func IsPossibleLoss(err error) bool {
 		errors.Is(err, syscall.EPIPE) || errors.Is(err, io.ErrUnexpectedEOF)
 }
 
-// NotSent reports whether err shows the request never reached envd (the
+// IsNotSent reports whether err shows the request never reached envd (the
 // connection could not be opened), so whatever it asked for certainly did
 // not run.
-func NotSent(err error) bool {
+func IsNotSent(err error) bool {
 	var dial *DialError
 	return errors.As(err, &dial)
 }

@@ -1,4 +1,4 @@
-package client_test
+package envdclient_test
 
 import (
 	"bytes"
@@ -23,18 +23,18 @@ import (
 	"connectrpc.com/connect"
 	"golang.org/x/sys/unix"
 
-	"github.com/sandbox-mcp/sandbox-mcp/envd/client"
 	"github.com/sandbox-mcp/sandbox-mcp/envd/daemon"
+	"github.com/sandbox-mcp/sandbox-mcp/envd/envdclient"
 	"github.com/sandbox-mcp/sandbox-mcp/envd/envdtest"
 )
 
-func sh(script string) client.Command {
-	return client.Command{Cmd: "/bin/sh", Args: []string{"-c", script}}
+func sh(script string) envdclient.Command {
+	return envdclient.Command{Cmd: "/bin/sh", Args: []string{"-c", script}}
 }
 
-func newClient(t testing.TB, endpoint string, opts ...client.Option) *client.Client {
+func newClient(t testing.TB, endpoint string, opts ...envdclient.Option) *envdclient.Client {
 	t.Helper()
-	c, err := client.New(endpoint, opts...)
+	c, err := envdclient.New(endpoint, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,7 +44,7 @@ func newClient(t testing.TB, endpoint string, opts ...client.Option) *client.Cli
 
 // forEachNetwork runs f against an in-process daemon on a unix socket and on
 // loopback TCP.
-func forEachNetwork(t *testing.T, f func(t *testing.T, d *envdtest.Daemon, c *client.Client)) {
+func forEachNetwork(t *testing.T, f func(t *testing.T, d *envdtest.Daemon, c *envdclient.Client)) {
 	for _, network := range []string{"unix", "tcp"} {
 		t.Run(network, func(t *testing.T) {
 			d := envdtest.Serve(t, network, daemon.Config{Env: map[string]string{"GLOBAL": "g"}})
@@ -54,18 +54,18 @@ func forEachNetwork(t *testing.T, f func(t *testing.T, d *envdtest.Daemon, c *cl
 }
 
 func TestRunBasics(t *testing.T) {
-	forEachNetwork(t, func(t *testing.T, d *envdtest.Daemon, c *client.Client) {
+	forEachNetwork(t, func(t *testing.T, d *envdtest.Daemon, c *envdclient.Client) {
 		ctx := t.Context()
 		if err := os.Mkdir(filepath.Join(d.Root, "sub"), 0o755); err != nil {
 			t.Fatal(err)
 		}
-		res, err := c.Run(ctx, client.Command{
+		res, err := c.Run(ctx, envdclient.Command{
 			Cmd:   "/bin/sh",
 			Args:  []string{"-c", `printf '%s|' "$0" "$1" "$A" "$GLOBAL" "$(pwd)"; echo to-stderr >&2; cat; exit 7`, "arg zero", "arg one"},
 			Env:   map[string]string{"A": "from-env"},
 			Cwd:   "sub",
 			Stdin: strings.NewReader("from-stdin"),
-		}, client.RunOptions{})
+		}, envdclient.RunOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -92,7 +92,7 @@ func TestRunSignalDeathIsNeverZero(t *testing.T) {
 		code int
 		name string
 	}{{"KILL", 137, "killed"}, {"TERM", 143, "terminated"}, {"SEGV", 139, "segmentation fault"}} {
-		res, err := c.Run(t.Context(), sh("kill -"+tc.sig+" $$"), client.RunOptions{})
+		res, err := c.Run(t.Context(), sh("kill -"+tc.sig+" $$"), envdclient.RunOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -119,7 +119,7 @@ func TestDeadlineKillsProcessGroup(t *testing.T) {
 	pidFile := filepath.Join(d.Root, "grandchild.pid")
 	cmd := sh(`sleep 300 & echo $! > ` + pidFile + `; wait`)
 	cmd.Timeout = 500 * time.Millisecond
-	res, err := c.Run(t.Context(), cmd, client.RunOptions{})
+	res, err := c.Run(t.Context(), cmd, envdclient.RunOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -170,7 +170,7 @@ func TestCancelKillsProcess(t *testing.T) {
 	started := make(chan uint32, 1)
 	errc := make(chan error, 1)
 	go func() {
-		_, err := c.Run(ctx, sh("sleep 300"), client.RunOptions{OnStart: func(pid uint32) { started <- pid }})
+		_, err := c.Run(ctx, sh("sleep 300"), envdclient.RunOptions{OnStart: func(pid uint32) { started <- pid }})
 		errc <- err
 	}()
 	pid := <-started
@@ -179,12 +179,12 @@ func TestCancelKillsProcess(t *testing.T) {
 	if connect.CodeOf(err) != connect.CodeCanceled {
 		t.Fatalf("Run after cancel = %v; want canceled", err)
 	}
-	if client.IsPossibleLoss(err) {
+	if envdclient.IsPossibleLoss(err) {
 		t.Errorf("a caller's cancellation must not look like a sandbox loss: %v", err)
 	}
 	// Run returns once the kill was acknowledged; the kernel ends the process
 	// right after. Its end event (envd keeps it for late attachers) says how.
-	res := waitEnd(t, c, client.ByPid(pid))
+	res := waitEnd(t, c, envdclient.ByPid(pid))
 	if res != nil && (res.Exited || res.Signal != "killed") {
 		t.Fatalf("process %d after cancel: %+v; want killed", pid, res)
 	}
@@ -195,10 +195,10 @@ func TestCancelKillsProcess(t *testing.T) {
 
 // waitEnd attaches to the selected process and waits for its end event; nil
 // when envd no longer knows it at all.
-func waitEnd(t *testing.T, c *client.Client, sel client.Selector) *client.Result {
+func waitEnd(t *testing.T, c *envdclient.Client, sel envdclient.Selector) *envdclient.Result {
 	t.Helper()
-	h, err := c.Connect(t.Context(), sel, client.StartOptions{})
-	if client.IsNotFound(err) {
+	h, err := c.Connect(t.Context(), sel, envdclient.RunOptions{})
+	if envdclient.IsNotFound(err) {
 		return nil
 	}
 	if err != nil {
@@ -213,16 +213,16 @@ func waitEnd(t *testing.T, c *client.Client, sel client.Selector) *client.Result
 
 func TestCancelBeforePidKillsByTag(t *testing.T) {
 	d := envdtest.Serve(t, "unix", daemon.Config{})
-	c := newClient(t, d.Endpoint, client.WithKillTimeout(30*time.Second))
+	c := newClient(t, d.Endpoint, envdclient.WithKillTimeout(30*time.Second))
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel() // abandoned before anything came back
 	cmd := sh("sleep 300")
 	cmd.Tag = "early-cancel"
-	if _, err := c.Run(ctx, cmd, client.RunOptions{}); connect.CodeOf(err) != connect.CodeCanceled {
+	if _, err := c.Run(ctx, cmd, envdclient.RunOptions{}); connect.CodeOf(err) != connect.CodeCanceled {
 		t.Fatalf("Run = %v; want canceled", err)
 	}
 	// Killed by tag (or by pid once its start event arrived): its end says so.
-	if res := waitEnd(t, c, client.ByTag("early-cancel")); res != nil && (res.Exited || res.Signal != "killed") {
+	if res := waitEnd(t, c, envdclient.ByTag("early-cancel")); res != nil && (res.Exited || res.Signal != "killed") {
 		t.Fatalf("process tagged early-cancel after cancel: %+v; want killed", res)
 	}
 	procs, err := c.List(t.Context())
@@ -335,12 +335,12 @@ func within(t *testing.T, ch <-chan struct{}, what string) {
 
 // assertNoProcessTagged waits (bounded) for the end of any process tagged
 // tag and fails if one is still running.
-func assertNoProcessTagged(t *testing.T, c *client.Client, tag string) {
+func assertNoProcessTagged(t *testing.T, c *envdclient.Client, tag string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
-	h, err := c.Connect(ctx, client.ByTag(tag), client.StartOptions{})
-	if client.IsNotFound(err) {
+	h, err := c.Connect(ctx, envdclient.ByTag(tag), envdclient.RunOptions{})
+	if envdclient.IsNotFound(err) {
 		return
 	}
 	if err != nil {
@@ -349,7 +349,7 @@ func assertNoProcessTagged(t *testing.T, c *client.Client, tag string) {
 	res, err := h.Wait(ctx)
 	if err != nil {
 		h.Disconnect()
-		_ = c.Kill(t.Context(), client.ByTag(tag))
+		_ = c.Kill(t.Context(), envdclient.ByTag(tag))
 		t.Fatalf("process tagged %s still running: %v", tag, err)
 	}
 	if res.Exited || res.Signal != "killed" {
@@ -370,16 +370,16 @@ func assertNoProcessTagged(t *testing.T, c *client.Client, tag string) {
 // before its start event arrived kills it: by tag, then by the late pid.
 // Before the answer's headers, the call itself must heed the caller.
 func TestCancelledBeforeStartEventKills(t *testing.T) {
-	calls := map[string]func(c *client.Client, ctx context.Context, cmd client.Command) error{
-		"Run": func(c *client.Client, ctx context.Context, cmd client.Command) error {
-			res, err := c.Run(ctx, cmd, client.RunOptions{})
+	calls := map[string]func(c *envdclient.Client, ctx context.Context, cmd envdclient.Command) error{
+		"Run": func(c *envdclient.Client, ctx context.Context, cmd envdclient.Command) error {
+			res, err := c.Run(ctx, cmd, envdclient.RunOptions{})
 			if err == nil {
 				err = fmt.Errorf("Run returned %+v", res)
 			}
 			return err
 		},
-		"Start": func(c *client.Client, ctx context.Context, cmd client.Command) error {
-			h, err := c.Start(ctx, cmd, false, client.StartOptions{})
+		"Start": func(c *envdclient.Client, ctx context.Context, cmd envdclient.Command) error {
+			h, err := c.Start(ctx, cmd, envdclient.StartOptions{})
 			if err == nil {
 				_ = h.Kill(context.Background())
 				err = errors.New("Start returned a handle")
@@ -391,7 +391,7 @@ func TestCancelledBeforeStartEventKills(t *testing.T) {
 		for _, headersFirst := range []bool{false, true} {
 			t.Run(fmt.Sprintf("%s/headersFirst=%v", name, headersFirst), func(t *testing.T) {
 				g := serveGated(t, false, headersFirst)
-				c := newClient(t, g.endpoint, client.WithKillTimeout(30*time.Second))
+				c := newClient(t, g.endpoint, envdclient.WithKillTimeout(30*time.Second))
 				ctx, cancel := context.WithCancel(t.Context())
 				cmd := sh("exec sleep 300")
 				cmd.Tag = "mid-cancel"
@@ -424,7 +424,7 @@ func TestWatchCancelledBeforeStartEvent(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	errc := make(chan error, 1)
 	go func() {
-		w, err := c.Watch(ctx, "", false, false)
+		w, err := c.Watch(ctx, "", envdclient.WatchOptions{})
 		if err == nil {
 			w.Close()
 			err = errors.New("Watch returned a watcher")
@@ -448,13 +448,13 @@ func TestWatchCancelledBeforeStartEvent(t *testing.T) {
 // behind, whether or not envd spawned it.
 func TestStartAlreadyCancelledKills(t *testing.T) {
 	g := serveGated(t, true, false)
-	c := newClient(t, g.endpoint, client.WithKillTimeout(30*time.Second))
+	c := newClient(t, g.endpoint, envdclient.WithKillTimeout(30*time.Second))
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
 	for i := range 10 {
 		cmd := sh("exec sleep 300")
 		cmd.Tag = fmt.Sprintf("start-cancelled-%d", i)
-		if h, err := c.Start(ctx, cmd, false, client.StartOptions{}); connect.CodeOf(err) != connect.CodeCanceled {
+		if h, err := c.Start(ctx, cmd, envdclient.StartOptions{}); connect.CodeOf(err) != connect.CodeCanceled {
 			if err == nil {
 				_ = h.Kill(t.Context())
 			}
@@ -472,7 +472,7 @@ func TestBackgroundHandleReconnectAndList(t *testing.T) {
 	ctx := t.Context()
 	cmd := sh(`read line; echo "got $line"; read line2; echo "then $line2"; exit 3`)
 	cmd.Tag = "bg-1"
-	h, err := c.Start(ctx, cmd, true, client.StartOptions{})
+	h, err := c.Start(ctx, cmd, envdclient.StartOptions{Stdin: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -489,11 +489,11 @@ func TestBackgroundHandleReconnectAndList(t *testing.T) {
 	}
 	// Drop the first handle: the process keeps running.
 	h.Disconnect()
-	byPid, err := c.Connect(ctx, client.ByPid(h.Pid()), client.StartOptions{})
+	byPid, err := c.Connect(ctx, envdclient.ByPid(h.Pid()), envdclient.RunOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	byTag, err := c.Connect(ctx, client.ByTag("bg-1"), client.StartOptions{})
+	byTag, err := c.Connect(ctx, envdclient.ByTag("bg-1"), envdclient.RunOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -503,7 +503,7 @@ func TestBackgroundHandleReconnectAndList(t *testing.T) {
 	if err := byPid.SendInput(ctx, []byte("one\ntwo\n")); err != nil {
 		t.Fatal(err)
 	}
-	for _, hh := range []*client.Handle{byPid, byTag} {
+	for _, hh := range []*envdclient.Handle{byPid, byTag} {
 		res, err := hh.Wait(ctx)
 		if err != nil {
 			t.Fatal(err)
@@ -512,10 +512,10 @@ func TestBackgroundHandleReconnectAndList(t *testing.T) {
 			t.Errorf("attached handle saw %q exit %d", got, res.ExitCode)
 		}
 	}
-	if err := c.Kill(ctx, client.ByPid(h.Pid())); err != nil {
+	if err := c.Kill(ctx, envdclient.ByPid(h.Pid())); err != nil {
 		t.Errorf("Kill of an ended process = %v; want nil (already gone is success)", err)
 	}
-	if _, err := c.Connect(ctx, client.ByPid(999999), client.StartOptions{}); !client.IsNotFound(err) {
+	if _, err := c.Connect(ctx, envdclient.ByPid(999999), envdclient.RunOptions{}); !envdclient.IsNotFound(err) {
 		t.Errorf("Connect to an unknown pid = %v; want not_found", err)
 	}
 }
@@ -523,7 +523,7 @@ func TestBackgroundHandleReconnectAndList(t *testing.T) {
 func TestCloseStdinGivesEOF(t *testing.T) {
 	c := newClient(t, envdtest.Serve(t, "unix", daemon.Config{}).Endpoint)
 	ctx := t.Context()
-	h, err := c.Start(ctx, sh("wc -c"), true, client.StartOptions{})
+	h, err := c.Start(ctx, sh("wc -c"), envdclient.StartOptions{Stdin: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -541,7 +541,7 @@ func TestCloseStdinGivesEOF(t *testing.T) {
 		t.Fatalf("wc saw %q", res.Stdout.Bytes())
 	}
 	// Closing twice is not an error (on a process that outlives its stdin).
-	sleeper, err := c.Start(ctx, sh("exec sleep 300"), true, client.StartOptions{})
+	sleeper, err := c.Start(ctx, sh("exec sleep 300"), envdclient.StartOptions{Stdin: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -559,15 +559,15 @@ func TestPTYEchoAndResize(t *testing.T) {
 	c := newClient(t, envdtest.Serve(t, "unix", daemon.Config{}).Endpoint)
 	ctx := t.Context()
 	cmd := sh(`stty size; read x; stty size; echo "typed:$x"`)
-	cmd.PTY = &client.PTYSize{Cols: 100, Rows: 40}
-	h, err := c.Start(ctx, cmd, false, client.StartOptions{})
+	cmd.PTY = &envdclient.PTYSize{Cols: 100, Rows: 40}
+	h, err := c.Start(ctx, cmd, envdclient.StartOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Resize(ctx, client.ByPid(h.Pid()), client.PTYSize{Cols: 120, Rows: 50}); err != nil {
+	if err := c.Resize(ctx, envdclient.ByPid(h.Pid()), envdclient.PTYSize{Cols: 120, Rows: 50}); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.SendInput(ctx, client.ByPid(h.Pid()), []byte("hello\r"), true); err != nil {
+	if err := c.SendPTYInput(ctx, envdclient.ByPid(h.Pid()), []byte("hello\r")); err != nil {
 		t.Fatal(err)
 	}
 	res, err := h.Wait(ctx)
@@ -592,11 +592,11 @@ func TestPTYEchoAndResize(t *testing.T) {
 func TestLargeOutputWithStdin(t *testing.T) {
 	c := newClient(t, envdtest.Serve(t, "unix", daemon.Config{}).Endpoint)
 	const out, in = 64 << 20, 1 << 20
-	res, err := c.Run(t.Context(), client.Command{
+	res, err := c.Run(t.Context(), envdclient.Command{
 		Cmd:   "/bin/sh",
 		Args:  []string{"-c", fmt.Sprintf("head -c %d /dev/zero; head -c %d | wc -c >&2", out, in)},
 		Stdin: bytes.NewReader(make([]byte, in)),
-	}, client.RunOptions{StdoutLimit: 1 << 20})
+	}, envdclient.RunOptions{StdoutLimit: 1 << 20})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -611,7 +611,7 @@ func TestLargeOutputWithStdin(t *testing.T) {
 func TestTeeGetsWholeStream(t *testing.T) {
 	c := newClient(t, envdtest.Serve(t, "unix", daemon.Config{}).Endpoint)
 	var tee bytes.Buffer
-	res, err := c.Run(t.Context(), sh("seq 1 200000"), client.RunOptions{StdoutLimit: 1000, Stdout: &tee})
+	res, err := c.Run(t.Context(), sh("seq 1 200000"), envdclient.RunOptions{StdoutLimit: 1000, Stdout: &tee})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -628,7 +628,7 @@ func TestTeeGetsWholeStream(t *testing.T) {
 }
 
 func TestFilesystem(t *testing.T) {
-	forEachNetwork(t, func(t *testing.T, d *envdtest.Daemon, c *client.Client) {
+	forEachNetwork(t, func(t *testing.T, d *envdtest.Daemon, c *envdclient.Client) {
 		ctx := t.Context()
 		created, err := c.MakeDir(ctx, "a/b")
 		if err != nil || !created {
@@ -637,11 +637,11 @@ func TestFilesystem(t *testing.T) {
 		if created, err := c.MakeDir(ctx, "a/b"); err != nil || created {
 			t.Fatalf("MakeDir of an existing dir = %v, %v; want false, nil", created, err)
 		}
-		if err := c.Upload(ctx, "a/b/f.txt", strings.NewReader("hello"), client.UploadOptions{Metadata: map[string]string{"k": "v"}}); err != nil {
+		if err := c.Upload(ctx, "a/b/f.txt", strings.NewReader("hello"), envdclient.UploadOptions{Metadata: map[string]string{"k": "v"}}); err != nil {
 			t.Fatal(err)
 		}
 		e, err := c.Stat(ctx, "a/b/f.txt")
-		if err != nil || e.Type != client.TypeFile || e.Size != 5 || e.Path != filepath.Join(d.Root, "a/b/f.txt") {
+		if err != nil || e.Type != envdclient.TypeFile || e.Size != 5 || e.Path != filepath.Join(d.Root, "a/b/f.txt") {
 			t.Fatalf("Stat = %+v, %v", e, err)
 		}
 		entries, err := c.ListDir(ctx, "a", 2)
@@ -674,10 +674,10 @@ func TestFilesystem(t *testing.T) {
 		if err := c.Remove(ctx, "a"); err != nil {
 			t.Fatalf("Remove of a missing path = %v; want nil", err)
 		}
-		if _, err := c.Stat(ctx, "a"); !client.IsNotFound(err) {
+		if _, err := c.Stat(ctx, "a"); !envdclient.IsNotFound(err) {
 			t.Fatalf("Stat after Remove = %v; want not_found", err)
 		}
-		if _, err := c.Download(ctx, "missing"); !client.IsNotFound(err) {
+		if _, err := c.Download(ctx, "missing"); !envdclient.IsNotFound(err) {
 			t.Fatalf("Download of a missing file = %v; want not_found", err)
 		}
 	})
@@ -692,7 +692,7 @@ func TestBigFileRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := sha256.Sum256(data)
-	if err := c.Upload(ctx, "big.bin", bytes.NewReader(data), client.UploadOptions{}); err != nil {
+	if err := c.Upload(ctx, "big.bin", bytes.NewReader(data), envdclient.UploadOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	dl, err := c.Download(ctx, "big.bin")
@@ -716,12 +716,12 @@ func TestWatch(t *testing.T) {
 	if _, err := c.MakeDir(ctx, "w"); err != nil {
 		t.Fatal(err)
 	}
-	w, err := c.Watch(ctx, "w", true, true)
+	w, err := c.Watch(ctx, "w", envdclient.WatchOptions{Recursive: true, IncludeEntry: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer w.Close()
-	if err := c.Upload(ctx, "w/new.txt", strings.NewReader("x"), client.UploadOptions{}); err != nil {
+	if err := c.Upload(ctx, "w/new.txt", strings.NewReader("x"), envdclient.UploadOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	timeout := time.After(20 * time.Second)
@@ -732,7 +732,7 @@ func TestWatch(t *testing.T) {
 				t.Fatalf("watch ended: %v", w.Err())
 			}
 			// Uploads land under a temporary name and are renamed into place.
-			if ev.Name == "new.txt" && (ev.Type == client.EventCreate || ev.Type == client.EventRename || ev.Type == client.EventWrite) {
+			if ev.Name == "new.txt" && (ev.Type == envdclient.EventCreate || ev.Type == envdclient.EventRename || ev.Type == envdclient.EventWrite) {
 				return
 			}
 		case <-timeout:
@@ -743,12 +743,12 @@ func TestWatch(t *testing.T) {
 
 func TestTransportRules(t *testing.T) {
 	for _, bad := range []string{"http://10.1.2.3:49983", "http://example.com", "ftp://127.0.0.1", "unix:", "https://h/path", "https://user:pw@h"} {
-		if _, err := client.New(bad); err == nil {
+		if _, err := envdclient.New(bad); err == nil {
 			t.Errorf("New(%q) succeeded; want refused", bad)
 		}
 	}
 	for _, good := range []string{"http://127.0.0.1:1", "http://localhost:49983", "http://[::1]:2", "https://49983-abc.e2b.app", "unix:/tmp/x.sock"} {
-		if _, err := client.New(good); err != nil {
+		if _, err := envdclient.New(good); err != nil {
 			t.Errorf("New(%q) = %v", good, err)
 		}
 	}
@@ -761,7 +761,7 @@ func TestTransportRules(t *testing.T) {
 		http.Redirect(w, r, other.URL+r.URL.Path, http.StatusTemporaryRedirect)
 	}))
 	defer redirector.Close()
-	c := newClient(t, redirector.URL, client.WithAccessToken("secret"))
+	c := newClient(t, redirector.URL, envdclient.WithAccessToken("secret"))
 	err := c.Health(t.Context())
 	if err == nil || !strings.Contains(err.Error(), "leaves the configured origin") || leaked {
 		t.Fatalf("Health through a cross-origin redirect = %v (leaked=%v)", err, leaked)
@@ -769,29 +769,29 @@ func TestTransportRules(t *testing.T) {
 
 	// A daemon with a token: no token → unauthenticated; right token works.
 	d := envdtest.Serve(t, "unix", daemon.Config{AccessToken: "tok"})
-	_, err = newClient(t, d.Endpoint).Run(t.Context(), sh("true"), client.RunOptions{})
+	_, err = newClient(t, d.Endpoint).Run(t.Context(), sh("true"), envdclient.RunOptions{})
 	if connect.CodeOf(err) != connect.CodeUnauthenticated {
 		t.Fatalf("Run without the token = %v; want unauthenticated", err)
 	}
 	if _, err := newClient(t, d.Endpoint).Stat(t.Context(), ""); connect.CodeOf(err) != connect.CodeUnauthenticated {
 		t.Fatalf("Stat without the token = %v; want unauthenticated", err)
 	}
-	if err := newClient(t, d.Endpoint).Upload(t.Context(), "x", strings.NewReader("x"), client.UploadOptions{}); connect.CodeOf(err) != connect.CodeUnauthenticated {
+	if err := newClient(t, d.Endpoint).Upload(t.Context(), "x", strings.NewReader("x"), envdclient.UploadOptions{}); connect.CodeOf(err) != connect.CodeUnauthenticated {
 		t.Fatalf("Upload without the token = %v; want unauthenticated", err)
 	}
-	if _, err := newClient(t, d.Endpoint, client.WithAccessToken("tok")).Run(t.Context(), sh("true"), client.RunOptions{}); err != nil {
+	if _, err := newClient(t, d.Endpoint, envdclient.WithAccessToken("tok")).Run(t.Context(), sh("true"), envdclient.RunOptions{}); err != nil {
 		t.Fatalf("Run with the token = %v", err)
 	}
 }
 
 func TestOldEnvdRefusesFiniteStdin(t *testing.T) {
 	d := envdtest.Serve(t, "unix", daemon.Config{})
-	c := newClient(t, d.Endpoint, client.WithEnvdVersion("0.4.1"))
-	_, err := c.Run(t.Context(), client.Command{Cmd: "cat", Stdin: strings.NewReader("x")}, client.RunOptions{})
+	c := newClient(t, d.Endpoint, envdclient.WithEnvdVersion("0.4.1"))
+	_, err := c.Run(t.Context(), envdclient.Command{Cmd: "cat", Stdin: strings.NewReader("x")}, envdclient.RunOptions{})
 	if connect.CodeOf(err) != connect.CodeFailedPrecondition || !strings.Contains(err.Error(), "0.5.2") {
 		t.Fatalf("Run with stdin on envd 0.4.1 = %v; want failed_precondition naming 0.5.2", err)
 	}
-	if err := c.CloseStdin(t.Context(), client.ByPid(1)); connect.CodeOf(err) != connect.CodeUnimplemented {
+	if err := c.CloseStdin(t.Context(), envdclient.ByPid(1)); connect.CodeOf(err) != connect.CodeUnimplemented {
 		t.Fatalf("CloseStdin on envd 0.4.1 = %v; want unimplemented", err)
 	}
 	v, err := newClient(t, d.Endpoint).Version(t.Context())
@@ -807,7 +807,7 @@ func TestLossPredicates(t *testing.T) {
 	started := make(chan struct{})
 	errc := make(chan error, 1)
 	go func() {
-		_, err := c.Run(context.Background(), sh("sleep 300"), client.RunOptions{OnStart: func(uint32) { close(started) }})
+		_, err := c.Run(context.Background(), sh("sleep 300"), envdclient.RunOptions{OnStart: func(uint32) { close(started) }})
 		errc <- err
 	}()
 	<-started
@@ -815,15 +815,15 @@ func TestLossPredicates(t *testing.T) {
 		t.Fatal(err)
 	}
 	err := <-errc
-	if !client.IsPossibleLoss(err) || client.NotSent(err) {
+	if !envdclient.IsPossibleLoss(err) || envdclient.IsNotSent(err) {
 		t.Fatalf("Run cut mid-stream = %v; want a possible loss that may have been sent", err)
 	}
 	// Nobody listens any more: nothing can be sent.
-	_, err = c.Run(t.Context(), sh("true"), client.RunOptions{})
-	if !client.IsPossibleLoss(err) || !client.NotSent(err) {
+	_, err = c.Run(t.Context(), sh("true"), envdclient.RunOptions{})
+	if !envdclient.IsPossibleLoss(err) || !envdclient.IsNotSent(err) {
 		t.Fatalf("Run against a dead socket = %v; want a possible loss, not sent", err)
 	}
-	var dial *client.DialError
+	var dial *envdclient.DialError
 	if !errors.As(err, &dial) || !errors.Is(err, syscall.ECONNREFUSED) {
 		t.Fatalf("dead socket error %v is not a DialError wrapping ECONNREFUSED", err)
 	}
@@ -839,9 +839,9 @@ func TestLossPredicates(t *testing.T) {
 		pc := newClient(t, srv.URL)
 		_, serr := pc.Stat(t.Context(), "x")
 		_, derr := pc.Download(t.Context(), "x")
-		_, rerr := pc.Run(t.Context(), sh("true"), client.RunOptions{})
+		_, rerr := pc.Run(t.Context(), sh("true"), envdclient.RunOptions{})
 		for what, e := range map[string]error{"rpc": serr, "rest": derr, "stream": rerr} {
-			if client.IsPossibleLoss(e) != loss {
+			if envdclient.IsPossibleLoss(e) != loss {
 				t.Errorf("HTTP %d via %s: IsPossibleLoss(%v) = %v, want %v", status, what, e, !loss, loss)
 			}
 		}

@@ -1,4 +1,4 @@
-package client
+package envdclient
 
 import (
 	"context"
@@ -344,9 +344,18 @@ func (w *Watcher) Close() {
 	<-w.done
 }
 
+// WatchOptions configures Watch. The zero value watches the directory alone
+// and reports names only.
+type WatchOptions struct {
+	// Recursive watches subdirectories too.
+	Recursive bool
+	// IncludeEntry asks envd to attach the changed entry (FileEvent.Entry).
+	IncludeEntry bool
+}
+
 // Watch streams events for the directory at path (and its subdirectories when
-// recursive). It returns once envd confirmed the watch.
-func (c *Client) Watch(ctx context.Context, path string, recursive, includeEntry bool) (*Watcher, error) {
+// opts.Recursive). It returns once envd confirmed the watch.
+func (c *Client) Watch(ctx context.Context, path string, opts WatchOptions) (*Watcher, error) {
 	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	// The call is made in the goroutine that waits for the start event (envd
 	// answers it only with that event), so ctx is heeded meanwhile.
@@ -357,7 +366,7 @@ func (c *Client) Watch(ctx context.Context, path string, recursive, includeEntry
 	)
 	go func() {
 		defer close(started)
-		req := connect.NewRequest(&filesystem.WatchDirRequest{Path: path, Recursive: recursive, IncludeEntry: includeEntry})
+		req := connect.NewRequest(&filesystem.WatchDirRequest{Path: path, Recursive: opts.Recursive, IncludeEntry: opts.IncludeEntry})
 		c.streamHeaders(req.Header())
 		stream, err = c.files.WatchDir(wctx, req)
 		switch {
