@@ -2,10 +2,11 @@ package main
 
 import (
 	"encoding/json"
-	"os"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/sandbox-mcp/sandbox-mcp/internal/testenv"
 )
 
 // bwrapSandboxPath is the PATH a bwrap sandbox gives its processes
@@ -24,7 +25,7 @@ func TestExecCommandKeepsSandboxPath(t *testing.T) {
 		out, errs, code := n.run("./sandbox-mcp call --isolation bwrap --workspace path "+tool+" '"+args+"'", nil)
 		if code != 0 {
 			if strings.Contains(errs, "bwrap") || strings.Contains(errs, "bubblewrap") {
-				noBwrap(t, "no bwrap sandbox: %s", errs)
+				testenv.Missing(t, "a working bwrap sandbox (%s): install bubblewrap; sandbox-mcp doctor names the fix", errs)
 			}
 			t.Fatalf("call %s %s: exit %d\n%s\n%s", tool, args, code, out, errs)
 		}
@@ -39,7 +40,7 @@ func TestExecCommandKeepsSandboxPath(t *testing.T) {
 		return strings.Split(strings.TrimSuffix(s, "\n"), "\n")
 	}
 	if info := call("workspace_info", `{}`); info["isolation"] != "bwrap" {
-		noBwrap(t, "the sandbox is isolated by %v, not bwrap", info["isolation"])
+		testenv.Missing(t, "a bwrap sandbox (this one is isolated by %v): install bubblewrap", info["isolation"])
 	}
 	call("put_files", `{"files": [{"path": ".bash_profile", "content": "export SMCP_PROFILE_VAR=from-profile\nPATH=\"$HOME/.local/bin:$PATH\"\n"}]}`)
 
@@ -69,13 +70,4 @@ func TestExecCommandKeepsSandboxPath(t *testing.T) {
 			t.Errorf("command's PATH %q has %q, which is not an addition of the login PATH %q", got[0], d, login[0])
 		}
 	}
-}
-
-// noBwrap skips the test, or fails it under CI=true, where bwrap must work.
-func noBwrap(t *testing.T, format string, args ...any) {
-	t.Helper()
-	if os.Getenv("CI") == "true" {
-		t.Fatalf(format, args...)
-	}
-	t.Skipf(format, args...)
 }
