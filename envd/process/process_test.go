@@ -236,18 +236,49 @@ func TestNoStdinReadsDevNull(t *testing.T) {
 	}
 }
 
-func TestChunksAreAtMost32KiB(t *testing.T) {
+func TestChunksAreAtMostMaxChunkSize(t *testing.T) {
 	tab := newTable(t, TableOptions{})
-	const total = 3 << 20
+	const total = 8 << 20
 	_, sub := start(t, tab, Spec{Config: Config{Cmd: "head", Args: []string{"-c", strconv.Itoa(total), "/dev/zero"}}})
 	out := collect(t, sub)
 	if out.stdout.Len() != total {
 		t.Fatalf("got %d bytes, want %d", out.stdout.Len(), total)
 	}
 	for _, n := range out.sizes {
-		if n > ChunkSize || n == 0 {
+		if n > MaxChunkSize || n == 0 {
 			t.Fatalf("chunk of %d bytes", n)
 		}
+	}
+}
+
+func TestReadLarge(t *testing.T) {
+	for _, tc := range []struct {
+		n, size int
+		want    bool
+	}{
+		{1, SmallChunkSize, false},
+		{SmallChunkSize - 1, SmallChunkSize, false},
+		{SmallChunkSize, SmallChunkSize, true}, // full: more was waiting
+		{SmallChunkSize, MaxChunkSize, false},  // fits a small chunk again
+		{SmallChunkSize + 1, MaxChunkSize, true},
+		{MaxChunkSize, MaxChunkSize, true},
+	} {
+		if got := readLarge(tc.n, tc.size); got != tc.want {
+			t.Errorf("readLarge(%d, %d) = %v, want %v", tc.n, tc.size, got, tc.want)
+		}
+	}
+}
+
+// Short output is read into small chunks, so a quiet process holds little.
+func TestShortOutputUsesSmallChunks(t *testing.T) {
+	tab := newTable(t, TableOptions{})
+	_, sub := start(t, tab, Spec{Config: Config{Cmd: "echo", Args: []string{"hi"}}})
+	defer sub.Close()
+	for c := range sub.Chunks() {
+		if len(c.buf) != SmallChunkSize {
+			t.Errorf("a chunk of %d bytes for %q", len(c.buf), c.Bytes())
+		}
+		c.Release()
 	}
 }
 
