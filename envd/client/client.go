@@ -199,10 +199,12 @@ func New(endpoint string, opts ...Option) (*Client, error) {
 		CheckRedirect: c.checkRedirect,
 	}
 	clientOpts := []connect.ClientOption{}
+	procOpts := []connect.ClientOption{connect.WithCodec(processCodec{})}
 	if o.json {
 		clientOpts = append(clientOpts, connect.WithProtoJSON())
+		procOpts = clientOpts
 	}
-	c.procs = processconnect.NewProcessClient(c.http, base.String(), clientOpts...)
+	c.procs = processconnect.NewProcessClient(c.http, base.String(), procOpts...)
 	c.files = filesystemconnect.NewFilesystemClient(c.http, base.String(), clientOpts...)
 	return c, nil
 }

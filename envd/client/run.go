@@ -341,6 +341,7 @@ func asStreamError(err error, started bool) error {
 	return connect.NewError(connect.CodeUnavailable, err)
 }
 
+// data records one data event and then recycles its output buffer.
 func (r *runner) data(d *process.ProcessEvent_DataEvent) {
 	var p []byte
 	var cap *capture
@@ -364,6 +365,7 @@ func (r *runner) data(d *process.ProcessEvent_DataEvent) {
 			*tee = nil
 		}
 	}
+	releaseData(d)
 }
 
 // result builds the Result from the end event.
