@@ -22,7 +22,9 @@ func pipeCapacity(fd uintptr) int {
 	return n
 }
 
-// growPipe asks for a pipe capacity of size bytes; the kernel may refuse.
-func growPipe(fd uintptr, size int) {
-	_, _ = unix.FcntlInt(fd, unix.F_SETPIPE_SZ, size)
+// growPipe asks for a pipe capacity of size bytes and reports whether the
+// kernel agreed.
+func growPipe(fd uintptr, size int) bool {
+	_, err := unix.FcntlInt(fd, unix.F_SETPIPE_SZ, size)
+	return err == nil
 }

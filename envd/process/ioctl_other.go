@@ -9,4 +9,4 @@ func pendingBytes(fd uintptr) int { return 0 }
 // pipeCapacity returns 0: pipes are not grown outside Linux.
 func pipeCapacity(fd uintptr) int { return 0 }
 
-func growPipe(fd uintptr, size int) {}
+func growPipe(fd uintptr, size int) bool { return false }

@@ -25,10 +25,17 @@ const (
 
 // bulkPipeSize is the capacity a stdout or stderr pipe is grown to once a
 // read finds it full (1 MiB, Linux's default pipe-max-size), so a fast
-// writer blocks less often and reads can fill large chunks. Pipes that never
-// fill keep the default 64 KiB, which also keeps the daemon's user far from
-// its per-user pipe memory limit (pipe-user-pages-soft).
+// writer blocks less often and reads can fill large chunks: a 64 KiB pipe
+// never yields more than 64 KiB per read. Pipes that never fill keep the
+// default 64 KiB.
 const bulkPipeSize = 1 << 20
+
+// maxGrownPipes bounds how many pipes of a Table are grown at a time (16, so
+// 16 MiB of pipe capacity). Pipe capacity counts against a per-user
+// allowance (pipe-user-pages-soft, 64 MiB by default); an unprivileged user
+// beyond it gets tiny new pipes, for every process of that user, so the
+// daemon takes at most a quarter of it.
+const maxGrownPipes = 16
 
 // subscriptionBuffer is how many chunks a subscriber may fall behind before it
 // slows the process down: with large chunks up to 1 MiB. A variable for
@@ -168,9 +175,11 @@ type reader struct {
 	readFn func(fd uintptr) bool
 	n      int   // result of the last read; reader goroutine only
 	err    error // result of the last read; reader goroutine only
-	// pipeSize is the capacity of the pipe, 0 for a terminal or once it was
-	// grown; reader goroutine only.
+	// pipeSize is the capacity of the pipe, 0 for a terminal or once
+	// growing it was tried; grown tells that it was grown. Reader goroutine
+	// only.
 	pipeSize int
+	grown    bool
 
 	mu       sync.Mutex
 	read     int64 // bytes read so far
@@ -258,6 +267,9 @@ func (r *reader) run() {
 	r.markCaughtLocked()
 	r.mu.Unlock()
 	_ = r.f.Close()
+	if r.grown {
+		r.p.table.grownPipes.Add(-1)
+	}
 	r.p.readerFinished()
 }
 
@@ -270,10 +282,19 @@ func readLarge(n, size int) bool {
 
 // growPipe raises the pipe's capacity to bulkPipeSize, once: the pipe was
 // full, so the writer is producing faster than one pipe's worth per read.
-// Failure (the per-user pipe memory limit) leaves the pipe as it is.
+// When maxGrownPipes are grown already, or the kernel refuses (the per-user
+// pipe limit), the pipe stays as it is.
 func (r *reader) growPipe() {
-	_ = r.rc.Control(func(fd uintptr) { growPipe(fd, bulkPipeSize) })
 	r.pipeSize = 0
+	grown := &r.p.table.grownPipes
+	if grown.Add(1) > maxGrownPipes {
+		grown.Add(-1)
+		return
+	}
+	_ = r.rc.Control(func(fd uintptr) { r.grown = growPipe(fd, bulkPipeSize) })
+	if !r.grown {
+		grown.Add(-1)
+	}
 }
 
 // processExited fixes how many more bytes must be read before the End may go
