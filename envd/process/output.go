@@ -18,8 +18,9 @@ const (
 	// KiB, E2B envd's read size).
 	SmallChunkSize = 32 << 10
 	// MaxChunkSize is the most output bytes one Chunk carries (256 KiB): the
-	// largest data event. E2B's SDKs take data events of any size (connect-es
-	// and connect-go set no read limit by default, gRPC's default is 4 MiB).
+	// largest data event, about 350 KB as JSON. E2B's JS SDK (connect-es)
+	// and connect-go clients accept messages of up to 4 GiB by default,
+	// gRPC clients up to 4 MiB.
 	MaxChunkSize = 256 << 10
 )
 
