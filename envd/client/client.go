@@ -137,8 +137,8 @@ func New(endpoint string, opts ...Option) (*Client, error) {
 		ForceAttemptHTTP2:   true,
 		HTTP2: &http.HTTP2Config{
 			// Windows of many output messages: the client grants more
-			// window (a WINDOW_UPDATE) about once per message it reads, and
-			// the daemon never waits for one under bulk output.
+			// window (a WINDOW_UPDATE) about once per message it reads, so
+			// the daemon seldom waits for one under bulk output.
 			MaxReceiveBufferPerConnection: 16 << 20,
 			MaxReceiveBufferPerStream:     8 << 20,
 			// Let the daemon send whole output chunks (messages of up to
