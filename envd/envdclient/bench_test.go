@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -59,6 +60,7 @@ func BenchmarkStdoutThroughput(b *testing.B) {
 	c := newClient(b, p.Endpoint)
 	cmd := envdclient.Command{Cmd: "head", Args: []string{"-c", strconv.Itoa(size), "/dev/zero"}}
 	b.SetBytes(size)
+	clientCPU, daemonCPU := selfCPU(), processCPU(p.Cmd.Process.Pid)
 	for b.Loop() {
 		res, err := c.Run(b.Context(), cmd, envdclient.RunOptions{StdoutLimit: 1 << 20})
 		if err != nil || res.Stdout.Total != size {
@@ -66,6 +68,9 @@ func BenchmarkStdoutThroughput(b *testing.B) {
 		}
 	}
 	b.StopTimer()
+	perMiB := func(d time.Duration) float64 { return float64(d) / float64(b.N) / (size >> 20) }
+	b.ReportMetric(perMiB(selfCPU()-clientCPU), "client-cpu-ns/MiB")
+	b.ReportMetric(perMiB(processCPU(p.Cmd.Process.Pid)-daemonCPU), "daemon-cpu-ns/MiB")
 	if rss, err := envdtest.PeakRSS(p.Cmd.Process.Pid); err == nil {
 		b.ReportMetric(float64(rss)/(1<<20), "daemon-peak-MiB")
 	}
@@ -76,6 +81,34 @@ func BenchmarkStdoutThroughput(b *testing.B) {
 		}
 		b.ReportMetric(float64(rss)/(1<<20), fmt.Sprintf("client-peak-MiB-%dMiB", n>>20))
 	}
+}
+
+// selfCPU returns the user and system CPU time of this process: a measure
+// less disturbed by a busy machine than wall time.
+func selfCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// processCPU returns the user and system CPU time of process pid, from
+// /proc/pid/stat (in clock ticks, taken as 100 per second), or 0.
+func processCPU(pid int) time.Duration {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	// The fields after the command name, which is in parentheses.
+	i := strings.LastIndexByte(string(b), ')')
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 13 {
+		return 0
+	}
+	utime, _ := strconv.ParseInt(f[11], 10, 64)
+	stime, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(utime+stime) * 10 * time.Millisecond
 }
 
 // clientPeakRSS runs TestClientRSSHelper in a new process (so its peak RSS

@@ -138,10 +138,14 @@ func New(endpoint string, opts ...Option) (*Client, error) {
 		IdleConnTimeout:     90 * time.Second,
 		ForceAttemptHTTP2:   true,
 		HTTP2: &http.HTTP2Config{
+			// Windows of many output messages: the client grants more
+			// window (a WINDOW_UPDATE) about once per message it reads, so
+			// the daemon seldom waits for one under bulk output.
 			MaxReceiveBufferPerConnection: 16 << 20,
 			MaxReceiveBufferPerStream:     8 << 20,
-			// Let the daemon send whole output chunks (32 KiB messages) in
-			// one frame instead of two or three 16 KiB ones.
+			// Let the daemon send whole output chunks (messages of up to
+			// 256 KiB from sandbox-mcp's envd, 32 KiB from E2B's) in one
+			// frame instead of many 16 KiB ones.
 			MaxReadFrameSize: 1 << 20,
 		},
 		Protocols: new(http.Protocols),
@@ -201,10 +205,12 @@ func New(endpoint string, opts ...Option) (*Client, error) {
 		CheckRedirect: c.checkRedirect,
 	}
 	clientOpts := []connect.ClientOption{}
+	procOpts := []connect.ClientOption{connect.WithCodec(processCodec{})}
 	if o.json {
 		clientOpts = append(clientOpts, connect.WithProtoJSON())
+		procOpts = clientOpts
 	}
-	c.procs = processconnect.NewProcessClient(c.http, base.String(), clientOpts...)
+	c.procs = processconnect.NewProcessClient(c.http, base.String(), procOpts...)
 	c.files = filesystemconnect.NewFilesystemClient(c.http, base.String(), clientOpts...)
 	return c, nil
 }

@@ -627,6 +627,48 @@ func TestTeeGetsWholeStream(t *testing.T) {
 	}
 }
 
+// tee is a writer that is not safe for concurrent use, as Run's Stdout may
+// be: Run must not use it from two goroutines, nor after it returned.
+type tee struct {
+	onStart  bool // OnStart ran
+	early    bool // a Write came before OnStart
+	writes   int
+	returned bool // Run returned
+	late     bool // a Write came after Run returned
+	first    func()
+}
+
+func (w *tee) Write(p []byte) (int, error) {
+	w.writes++
+	w.early = w.early || !w.onStart
+	w.late = w.late || w.returned
+	if w.writes == 1 && w.first != nil {
+		w.first()
+	}
+	return len(p), nil
+}
+
+// Output reaches a tee writer only after OnStart, and never after Run
+// returned, even when the caller gives up in the middle of a stream.
+func TestTeeBetweenOnStartAndReturn(t *testing.T) {
+	c := newClient(t, envdtest.Serve(t, "unix", daemon.Config{}).Endpoint)
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	w := &tee{first: cancel}
+	_, err := c.Run(ctx, envdclient.Command{Cmd: "yes"}, envdclient.RunOptions{Stdout: w, OnStart: func(uint32) { w.onStart = true }})
+	w.returned = true
+	if connect.CodeOf(err) != connect.CodeCanceled {
+		t.Fatalf("Run = %v; want canceled", err)
+	}
+	// Another call on the same client, while a stray write could still land.
+	if _, err := c.Run(t.Context(), envdclient.Command{Cmd: "true"}, envdclient.RunOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if w.writes == 0 || w.early || w.late {
+		t.Errorf("writes=%d, before OnStart=%v, after Run returned=%v", w.writes, w.early, w.late)
+	}
+}
+
 func TestFilesystem(t *testing.T) {
 	forEachNetwork(t, func(t *testing.T, d *envdtest.Daemon, c *envdclient.Client) {
 		ctx := t.Context()

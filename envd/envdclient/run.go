@@ -121,11 +121,13 @@ func (c *Client) Run(ctx context.Context, cmd Command, opts RunOptions) (*Result
 		opts:    opts,
 		stdout:  newCapture(limitOr(opts.StdoutLimit)),
 		stderr:  newCapture(limitOr(opts.StderrLimit)),
-		events:  make(chan runEvent, 64),
+		events:  make(chan runEvent, 1),
+		started: make(chan struct{}),
 		stdinCh: make(chan error, 1),
 		done:    make(chan struct{}),
 	}
 	defer close(r.done)
+	defer r.stop()
 	go r.receive(streamCtx)
 
 	var deadline <-chan time.Time
@@ -134,6 +136,7 @@ func (c *Client) Run(ctx context.Context, cmd Command, opts RunOptions) (*Result
 		defer t.Stop()
 		deadline = t.C
 	}
+	sawStart := false
 	for {
 		select {
 		case ev := <-r.events:
@@ -146,11 +149,13 @@ func (c *Client) Run(ctx context.Context, cmd Command, opts RunOptions) (*Result
 				if cmd.Stdin != nil {
 					go func() { r.stdinCh <- r.feedStdin(streamCtx) }()
 				}
-			case ev.data != nil:
-				r.data(ev.data)
+				if !sawStart {
+					sawStart = true
+					close(r.started)
+				}
 			case ev.end != nil:
-				res := r.result(ev.end, time.Since(started))
-				return res, nil
+				r.stop()
+				return r.result(ev.end, time.Since(started)), nil
 			case ev.err != nil && ev.unopened:
 				// The Start call failed before envd answered it.
 				return nil, ev.err
@@ -170,6 +175,7 @@ func (c *Client) Run(ctx context.Context, cmd Command, opts RunOptions) (*Result
 		case <-deadline:
 			// envd did not end the process at its deadline: end it here.
 			r.kill()
+			r.stop()
 			res := &Result{Pid: r.pid, Tag: cmd.Tag, Stdout: r.stdout.output(), Stderr: r.stderr.output(),
 				ExitCode: 128 + int(syscall.SIGKILL), Signal: "killed", Status: "signal: killed",
 				Error: "killed by the client: envd did not end the process at its deadline", TimedOut: true,
@@ -252,9 +258,10 @@ func wrapCallError(what string, err error) error {
 	return connect.NewError(connect.CodeUnavailable, fmt.Errorf("%s: %w", what, err))
 }
 
+// runEvent is what the receiving goroutine passes to Run. Output is not
+// among it: the receiving goroutine records that itself (runner.record).
 type runEvent struct {
 	start *process.ProcessEvent_StartEvent
-	data  *process.ProcessEvent_DataEvent
 	end   *process.ProcessEvent_EndEvent
 	err   error
 	// unopened marks an err of the Start call itself (no stream).
@@ -271,14 +278,45 @@ type runner struct {
 	stderr  *capture
 	teeErr  error
 	events  chan runEvent
+	started chan struct{} // closed once Run has handled the start event
 	stdinCh chan error
 	done    chan struct{} // closed when Run returns
+
+	// mu guards the output (stdout, stderr, teeErr, opts.Stdout and
+	// opts.Stderr) and stopped while the receiving goroutine records a data
+	// event. Output goes straight from the stream to the captures and
+	// writers, without a hand-off to Run's goroutine per message.
+	mu      sync.Mutex
+	stopped bool // Run is returning: record no more output
 
 	killOnce sync.Once
 }
 
-// receive opens the stream and reads it into r.events until the end event,
-// an error, or the end of Run.
+// record records one data event in the receiving goroutine. It reports
+// false once Run stopped taking output.
+func (r *runner) record(d *process.ProcessEvent_DataEvent) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.stopped {
+		releaseData(d)
+		return false
+	}
+	r.data(d)
+	return true
+}
+
+// stop makes the receiving goroutine record no more output, and waits for
+// a data event it is recording (a tee writer's Write) to finish, so that no
+// writer is used after Run returns.
+func (r *runner) stop() {
+	r.mu.Lock()
+	r.stopped = true
+	r.mu.Unlock()
+}
+
+// receive opens the stream and reads it until the end event, an error, or
+// the end of Run: output it records itself, the other events it passes to
+// Run through r.events.
 func (r *runner) receive(ctx context.Context) {
 	send := func(ev runEvent) bool {
 		select {
@@ -303,8 +341,14 @@ func (r *runner) receive(ctx context.Context) {
 			if !send(runEvent{start: ev.GetStart()}) {
 				return
 			}
+			// Output is recorded only after OnStart has run.
+			select {
+			case <-r.started:
+			case <-r.done:
+				return
+			}
 		case ev.GetData() != nil:
-			if !send(runEvent{data: ev.GetData()}) {
+			if !r.record(ev.GetData()) {
 				return
 			}
 		case ev.GetEnd() != nil:
@@ -341,6 +385,7 @@ func asStreamError(err error, started bool) error {
 	return connect.NewError(connect.CodeUnavailable, err)
 }
 
+// data records one data event and then recycles its output buffer.
 func (r *runner) data(d *process.ProcessEvent_DataEvent) {
 	var p []byte
 	var cap *capture
@@ -364,6 +409,7 @@ func (r *runner) data(d *process.ProcessEvent_DataEvent) {
 			*tee = nil
 		}
 	}
+	releaseData(d)
 }
 
 // result builds the Result from the end event.

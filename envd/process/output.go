@@ -7,12 +7,41 @@ import (
 	"syscall"
 )
 
-// ChunkSize is the most output bytes one Chunk carries (32 KiB, as envd).
-const ChunkSize = 32 << 10
+// Output is read in chunks of two sizes. A stream starts with small chunks,
+// so a process that prints a line now and then holds little memory; once a
+// read fills a small chunk (more output was waiting), the reader switches to
+// large chunks, and back once a read fits a small one again. Bulk output so
+// costs one read, one hand-off and one data event per large chunk instead of
+// per 32 KiB.
+const (
+	// SmallChunkSize is the size of the chunks a stream starts with (32
+	// KiB, E2B envd's read size).
+	SmallChunkSize = 32 << 10
+	// MaxChunkSize is the most output bytes one Chunk carries (256 KiB): the
+	// largest data event, about 350 KB as JSON. E2B's JS SDK (connect-es)
+	// and connect-go clients accept messages of up to 4 GiB by default,
+	// gRPC clients up to 4 MiB.
+	MaxChunkSize = 256 << 10
+)
+
+// bulkPipeSize is the capacity a stdout or stderr pipe is grown to once a
+// read finds it full (1 MiB, Linux's default pipe-max-size), so a fast
+// writer blocks less often and reads can fill large chunks: a 64 KiB pipe
+// never yields more than 64 KiB per read. Pipes that never fill keep the
+// default 64 KiB.
+const bulkPipeSize = 1 << 20
+
+// maxGrownPipes bounds how many pipes of a Table are grown at a time (16, so
+// 16 MiB of pipe capacity). Pipe capacity counts against a per-user
+// allowance (pipe-user-pages-soft, 64 MiB by default); an unprivileged user
+// beyond it gets tiny new pipes, for every process of that user, so the
+// daemon takes at most a quarter of it.
+const maxGrownPipes = 16
 
 // subscriptionBuffer is how many chunks a subscriber may fall behind before it
-// slows the process down. A variable for tests.
-var subscriptionBuffer = 16
+// slows the process down: with large chunks up to 1 MiB. A variable for
+// tests.
+var subscriptionBuffer = 4
 
 // Stream names the output a Chunk was read from.
 type Stream uint8
@@ -44,7 +73,7 @@ type Chunk struct {
 	Stream Stream
 	n      int
 	refs   atomic.Int32
-	buf    [ChunkSize]byte
+	buf    []byte // SmallChunkSize or MaxChunkSize bytes
 }
 
 // Bytes returns the output. It is valid until Release.
@@ -54,17 +83,33 @@ func (c *Chunk) Bytes() []byte { return c.buf[:c.n] }
 // from a Subscription, after the last use of Bytes.
 func (c *Chunk) Release() {
 	if c.refs.Add(-1) == 0 {
-		chunkPool.Put(c)
+		c.recycle()
 	}
 }
 
-var chunkPool = sync.Pool{New: func() any { return new(Chunk) }}
+// Chunks are recycled by size: each pool holds chunks of one size.
+var (
+	smallChunks = sync.Pool{New: func() any { return &Chunk{buf: make([]byte, SmallChunkSize)} }}
+	largeChunks = sync.Pool{New: func() any { return &Chunk{buf: make([]byte, MaxChunkSize)} }}
+)
 
-func newChunk(s Stream) *Chunk {
-	c := chunkPool.Get().(*Chunk)
+func newChunk(s Stream, large bool) *Chunk {
+	pool := &smallChunks
+	if large {
+		pool = &largeChunks
+	}
+	c := pool.Get().(*Chunk)
 	c.Stream = s
 	c.n = 0
 	return c
+}
+
+func (c *Chunk) recycle() {
+	if len(c.buf) == MaxChunkSize {
+		largeChunks.Put(c)
+	} else {
+		smallChunks.Put(c)
+	}
 }
 
 // Subscription receives a process's output chunks and, after the last one,
@@ -131,6 +176,11 @@ type reader struct {
 	readFn func(fd uintptr) bool
 	n      int   // result of the last read; reader goroutine only
 	err    error // result of the last read; reader goroutine only
+	// pipeSize is the capacity of the pipe, 0 for a terminal or once
+	// growing it was tried; grown tells that it was grown. Reader goroutine
+	// only.
+	pipeSize int
+	grown    bool
 
 	mu       sync.Mutex
 	read     int64 // bytes read so far
@@ -148,6 +198,9 @@ func newReader(p *Process, f *os.File, s Stream) (*reader, error) {
 	}
 	r := &reader{p: p, f: f, rc: rc, stream: s, target: -1, caughtUp: make(chan struct{})}
 	r.readFn = r.readOnce
+	if s != PTY {
+		_ = rc.Control(func(fd uintptr) { r.pipeSize = pipeCapacity(fd) })
+	}
 	return r, nil
 }
 
@@ -177,17 +230,26 @@ func (r *reader) readOnce(fd uintptr) bool {
 }
 
 func (r *reader) run() {
-	r.cur = newChunk(r.stream)
+	large := false
+	r.cur = newChunk(r.stream, large)
 	for {
 		r.n, r.err = 0, nil
 		if err := r.rc.Read(r.readFn); err != nil {
 			break // the file was closed
 		}
 		if r.n > 0 {
+			wantLarge := readLarge(r.n, len(r.cur.buf))
+			if r.pipeSize > 0 && r.n >= r.pipeSize {
+				r.growPipe()
+			}
 			r.cur.n = r.n
 			if r.p.deliver(r.cur) {
-				r.cur = newChunk(r.stream)
+				r.cur = newChunk(r.stream, wantLarge)
+			} else if wantLarge != large {
+				r.cur.recycle()
+				r.cur = newChunk(r.stream, wantLarge)
 			}
+			large = wantLarge
 			r.mu.Lock()
 			r.inFlight = false
 			r.checkLocked()
@@ -199,14 +261,41 @@ func (r *reader) run() {
 			break
 		}
 	}
-	chunkPool.Put(r.cur)
+	r.cur.recycle()
 	r.cur = nil
 	r.mu.Lock()
 	r.eof = true
 	r.markCaughtLocked()
 	r.mu.Unlock()
 	_ = r.f.Close()
+	if r.grown {
+		r.p.table.grownPipes.Add(-1)
+	}
 	r.p.readerFinished()
+}
+
+// readLarge tells whether the read after one of n bytes into a chunk of
+// size bytes should go to a large chunk: a full chunk means more was
+// waiting, so large chunks are read until a read fits a small one again.
+func readLarge(n, size int) bool {
+	return n == size || n > SmallChunkSize
+}
+
+// growPipe raises the pipe's capacity to bulkPipeSize, once: the pipe was
+// full, so the writer is producing faster than one pipe's worth per read.
+// When maxGrownPipes are grown already, or the kernel refuses (the per-user
+// pipe limit), the pipe stays as it is.
+func (r *reader) growPipe() {
+	r.pipeSize = 0
+	grown := &r.p.table.grownPipes
+	if grown.Add(1) > maxGrownPipes {
+		grown.Add(-1)
+		return
+	}
+	_ = r.rc.Control(func(fd uintptr) { r.grown = growPipe(fd, bulkPipeSize) })
+	if !r.grown {
+		grown.Add(-1)
+	}
 }
 
 // processExited fixes how many more bytes must be read before the End may go

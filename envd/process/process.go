@@ -9,9 +9,10 @@
 // The package knows nothing of RPC: envd/processrpc maps it onto the Connect
 // process.Process service.
 //
-// Output semantics follow E2B's envd: output is read in chunks of at most
-// [ChunkSize] bytes and delivered to every current subscriber; output produced
-// while nobody is subscribed is discarded, not buffered. A slow subscriber
+// Output semantics follow E2B's envd: output is read in chunks and delivered
+// to every current subscriber; output produced while nobody is subscribed is
+// discarded, not buffered. Chunks are larger than envd's 32 KiB under bulk
+// output (up to [MaxChunkSize]). A slow subscriber
 // slows the process down (bounded buffers, then the pipe fills); a subscriber
 // that went away never does.
 package process

@@ -238,18 +238,104 @@ func TestNoStdinReadsDevNull(t *testing.T) {
 	}
 }
 
-func TestChunksAreAtMost32KiB(t *testing.T) {
+func TestChunksAreAtMostMaxChunkSize(t *testing.T) {
 	tab := newTable(t, TableOptions{})
-	const total = 3 << 20
-	_, sub := start(t, tab, Spec{Config: Config{Cmd: "head", Args: []string{"-c", strconv.Itoa(total), "/dev/zero"}}})
+	const total = 8 << 20
+	p, sub := start(t, tab, Spec{Config: Config{Cmd: "head", Args: []string{"-c", strconv.Itoa(total), "/dev/zero"}}})
 	out := collect(t, sub)
 	if out.stdout.Len() != total {
 		t.Fatalf("got %d bytes, want %d", out.stdout.Len(), total)
 	}
 	for _, n := range out.sizes {
-		if n > ChunkSize || n == 0 {
+		if n > MaxChunkSize || n == 0 {
 			t.Fatalf("chunk of %d bytes", n)
 		}
+	}
+	// A pipe grown for the bulk output is no longer counted once closed.
+	select {
+	case <-p.readersDone:
+	case <-time.After(waitLimit):
+		t.Fatal("the output readers did not finish")
+	}
+	if n := tab.grownPipes.Load(); n != 0 {
+		t.Errorf("%d grown pipes counted after the process ended", n)
+	}
+}
+
+func TestReadLarge(t *testing.T) {
+	for _, tc := range []struct {
+		n, size int
+		want    bool
+	}{
+		{1, SmallChunkSize, false},
+		{SmallChunkSize - 1, SmallChunkSize, false},
+		{SmallChunkSize, SmallChunkSize, true}, // full: more was waiting
+		{SmallChunkSize, MaxChunkSize, false},  // fits a small chunk again
+		{SmallChunkSize + 1, MaxChunkSize, true},
+		{MaxChunkSize, MaxChunkSize, true},
+	} {
+		if got := readLarge(tc.n, tc.size); got != tc.want {
+			t.Errorf("readLarge(%d, %d) = %v, want %v", tc.n, tc.size, got, tc.want)
+		}
+	}
+}
+
+// A full pipe is grown to bulkPipeSize, but never more than maxGrownPipes
+// at a time.
+func TestGrowPipeIsBounded(t *testing.T) {
+	p := &Process{table: newTable(t, TableOptions{})}
+	grown := &p.table.grownPipes
+	newPipeReader := func() *reader {
+		pr, pw, err := os.Pipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { pr.Close(); pw.Close() })
+		r, err := newReader(p, pr, Stdout)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.pipeSize <= 0 || r.pipeSize >= bulkPipeSize {
+			t.Fatalf("a new pipe holds %d bytes", r.pipeSize)
+		}
+		return r
+	}
+	capacity := func(r *reader) (n int) {
+		_ = r.rc.Control(func(fd uintptr) { n = pipeCapacity(fd) })
+		return n
+	}
+
+	grown.Store(maxGrownPipes - 1)
+	r := newPipeReader()
+	r.growPipe()
+	if !r.grown || capacity(r) != bulkPipeSize || grown.Load() != maxGrownPipes {
+		t.Errorf("grown=%v capacity=%d count=%d; want a pipe of %d bytes, counted", r.grown, capacity(r), grown.Load(), bulkPipeSize)
+	}
+	if r.pipeSize != 0 {
+		t.Error("a grown pipe would be grown again")
+	}
+
+	other := newPipeReader()
+	before := capacity(other)
+	other.growPipe()
+	if other.grown || capacity(other) != before || grown.Load() != maxGrownPipes {
+		t.Errorf("beyond the limit: grown=%v capacity=%d count=%d", other.grown, capacity(other), grown.Load())
+	}
+	if other.pipeSize != 0 {
+		t.Error("a pipe that was refused would be tried again")
+	}
+}
+
+// Short output is read into small chunks, so a quiet process holds little.
+func TestShortOutputUsesSmallChunks(t *testing.T) {
+	tab := newTable(t, TableOptions{})
+	_, sub := start(t, tab, Spec{Config: Config{Cmd: "echo", Args: []string{"hi"}}})
+	defer sub.Close()
+	for c := range sub.Chunks() {
+		if len(c.buf) != SmallChunkSize {
+			t.Errorf("a chunk of %d bytes for %q", len(c.buf), c.Bytes())
+		}
+		c.Release()
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -64,6 +65,10 @@ type Table struct {
 	procs  map[int]*Process // live and retained ended processes
 	seq    uint64
 	closed bool
+
+	// grownPipes counts the output pipes grown to bulkPipeSize and not yet
+	// closed (at most maxGrownPipes).
+	grownPipes atomic.Int32
 }
 
 // NewTable returns an empty Table.

@@ -131,8 +131,9 @@ func New(opts Options) *Service {
 // and a burst of messages, into one write to the connection.
 //
 // Responses are not compressed unless opts say otherwise
-// (connect.WithCompressMinBytes): process output streams in 32 KiB chunks,
-// usually over a local link, where gzip would only cap throughput.
+// (connect.WithCompressMinBytes): process output streams in chunks of up to
+// process.MaxChunkSize, usually over a local link, where gzip would only cap
+// throughput.
 func (s *Service) Handler(opts ...connect.HandlerOption) (string, http.Handler) {
 	opts = append([]connect.HandlerOption{connect.WithCompressMinBytes(math.MaxInt32)}, opts...)
 	path, h := processconnect.NewProcessHandler(s, opts...)

@@ -22,6 +22,7 @@ import (
 	"github.com/sandbox-mcp/sandbox-mcp/envd/identity"
 	"github.com/sandbox-mcp/sandbox-mcp/envd/keepalive"
 	"github.com/sandbox-mcp/sandbox-mcp/envd/paths"
+	"github.com/sandbox-mcp/sandbox-mcp/envd/process"
 	"github.com/sandbox-mcp/sandbox-mcp/internal/testenv"
 	pb "github.com/sandbox-mcp/sandbox-mcp/proto/process"
 	"github.com/sandbox-mcp/sandbox-mcp/proto/process/processconnect"
@@ -750,15 +751,17 @@ func TestPTY(t *testing.T) {
 	}
 }
 
-func TestChunksAtMost32KiB(t *testing.T) {
+func TestChunksAtMostMaxChunkSize(t *testing.T) {
 	h := newHarness(t, harnessConfig{})
-	const total = 1 << 20
-	r := collect(t, h.start(t, h.h2, &pb.StartRequest{Process: cmd("head", "-c", strconv.Itoa(total), "/dev/zero")}, nil))
-	if r.stdout.Len() != total {
-		t.Errorf("got %d bytes, want %d", r.stdout.Len(), total)
-	}
-	if r.maxChunk > 32<<10 {
-		t.Errorf("largest data event has %d bytes", r.maxChunk)
+	const total = 8 << 20
+	for name, client := range map[string]processconnect.ProcessClient{"binary": h.h2, "json": h.json} {
+		r := collect(t, h.start(t, client, &pb.StartRequest{Process: cmd("head", "-c", strconv.Itoa(total), "/dev/zero")}, nil))
+		if r.stdout.Len() != total {
+			t.Errorf("%s: got %d bytes, want %d", name, r.stdout.Len(), total)
+		}
+		if r.maxChunk > process.MaxChunkSize {
+			t.Errorf("%s: largest data event has %d bytes", name, r.maxChunk)
+		}
 	}
 }
 
