@@ -44,6 +44,21 @@ type cgroups struct {
 	memory, pids, cpu, freezer bool
 }
 
+// enable records that sandbox cgroups have controller c (one of
+// v1Controllers); other controllers are ignored.
+func (cg *cgroups) enable(c string) {
+	switch c {
+	case "memory":
+		cg.memory = true
+	case "pids":
+		cg.pids = true
+	case "cpu":
+		cg.cpu = true
+	case "freezer":
+		cg.freezer = true
+	}
+}
+
 // v1Controllers are the v1 hierarchies a sandbox joins.
 var v1Controllers = []string{"memory", "pids", "cpu", "freezer"}
 
@@ -172,16 +187,7 @@ func setupV1(mounts map[string]string, name string) (*cgroups, error) {
 			continue
 		}
 		cg.v1[c] = dir
-		switch c {
-		case "memory":
-			cg.memory = true
-		case "pids":
-			cg.pids = true
-		case "cpu":
-			cg.cpu = true
-		case "freezer":
-			cg.freezer = true
-		}
+		cg.enable(c)
 	}
 	if len(cg.v1) == 0 {
 		return nil, fmt.Errorf("create cgroup %s: %w", name, errors.Join(errs...))
@@ -208,13 +214,8 @@ func setupV2(mount, name string) (*cgroups, error) {
 	}
 	cg := &cgroups{version: 2, v2: parent}
 	for _, c := range strings.Fields(readTrim(filepath.Join(parent, "cgroup.subtree_control"))) {
-		switch c {
-		case "memory":
-			cg.memory = true
-		case "pids":
-			cg.pids = true
-		case "cpu":
-			cg.cpu = true
+		if c != "freezer" { // v2 has no freezer controller (see below)
+			cg.enable(c)
 		}
 	}
 	// cgroup.freeze is part of the core of every non-root v2 cgroup (Linux
