@@ -128,7 +128,7 @@ func enabledToolsets(cfg Config) []string {
 // ---------------------------------------------------------- workspace_reset
 
 type workspaceResetInput struct {
-	Confirm bool `json:"confirm" jsonschema:"required" jsonschema_extras:"const=true" jsonschema_description:"Must be true: resetting destroys the sandbox with all its files, installed packages and processes."`
+	Confirm bool `json:"confirm" jsonschema:"required" jsonschema_description:"Must be true (false is refused): resetting destroys the sandbox with all its files, installed packages and processes."`
 }
 
 type workspaceResetOutput struct {
@@ -154,8 +154,12 @@ func WorkspaceReset(d *Deps) Tool {
 	})
 }
 
-func runWorkspaceReset(ctx context.Context, c *Call, _ *workspaceResetInput) (*workspaceResetOutput, error) {
-	// The schema admits only confirm: true.
+func runWorkspaceReset(ctx context.Context, c *Call, in *workspaceResetInput) (*workspaceResetOutput, error) {
+	// The schema says only that confirm is a boolean (no const: Gemini's
+	// converters turn one into an enum its API rejects), so false stops here.
+	if !in.Confirm {
+		return nil, inputErr("confirm", "must be true to reset: the reset destroys every file, installed package and process in the sandbox")
+	}
 	// Reset reads the store for a workspace this process has not used yet,
 	// so a sandbox recorded by an earlier run is destroyed too.
 	gen, err := c.d.Manager.Reset(ctx, c.ws.Key, c.ws.Named)

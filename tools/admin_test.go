@@ -52,10 +52,12 @@ func TestWorkspaceReset(t *testing.T) {
 	h.ok("put_files", map[string]any{"files": []map[string]any{{"path": "keep.txt", "content": "x"}}}, nil)
 	oldID := h.lease().Sandbox.ID
 
-	// confirm: true is the only way in (the schema is the gate).
+	// confirm: true is the only way in: the schema refuses a missing or
+	// non-boolean confirm, the handler refuses false.
 	for _, args := range []map[string]any{{}, {"confirm": false}, {"confirm": "yes"}} {
 		mustContain(t, h.fail("workspace_reset", args), "invalid argument", "confirm")
 	}
+	mustContain(t, h.fail("workspace_reset", map[string]any{"confirm": false}), "invalid argument confirm: must be true to reset")
 	if !h.sbExists("keep.txt") || h.lease().Generation != 1 {
 		t.Fatal("a refused reset changed the workspace")
 	}

@@ -20,14 +20,23 @@ const maxTimeoutSec = 366 * 24 * 3600
 
 // execInput is workspace_exec's arguments.
 type execInput struct {
-	Command    string            `json:"command,omitempty" jsonschema_description:"A shell command line, run with bash -c in the sandbox's login environment (what its login profile sets, read once per sandbox; PATH keeps the sandbox's own directories and gains the profile's; bash -lc if the profile cannot be read that way), or with sh -c where the sandbox has no bash. Pipes, redirections, && and globs work. Give either command or argv, not both."`
-	Login      bool              `json:"login,omitempty" jsonschema_description:"Run the command in a login shell (bash -lc, or sh -lc where there is no bash), which re-reads the profile on each call; by default the login environment is captured once per sandbox and each command runs with bash -c. Use it when a profile (~/.profile, ~/.bash_profile) changed since the sandbox's first command. Default false; only with command."`
-	Argv       []string          `json:"argv,omitempty" jsonschema:"minItems=1" jsonschema_description:"The program and its arguments, run directly without a shell (no quoting needed). argv[0] is looked up in PATH. Give either command or argv, not both."`
-	Cwd        string            `json:"cwd,omitempty" jsonschema_description:"Working directory, relative to the workspace root. Default: the workspace root. It must exist."`
-	Env        map[string]string `json:"env,omitempty" jsonschema_description:"Extra environment variables for this command only, as NAME: value pairs."`
-	Stdin      *string           `json:"stdin,omitempty" jsonschema_description:"Text written to the command's standard input; the input is then closed (EOF). Without it the command reads nothing. For a background process the text is written and stdin stays open for process_input."`
-	TimeoutSec *int64            `json:"timeout_sec,omitempty" jsonschema:"minimum=1" jsonschema_description:"Seconds before the command is killed (integer, at least 1). Default: the server's default timeout; values above the server's ceiling are lowered to it and the result says so. For a background process it is an optional kill deadline (none by default)."`
-	Background bool              `json:"background,omitempty" jsonschema_description:"Start the command and return at once with a process handle instead of waiting. Its stdout and stderr go to one log; follow it with process_output, feed it with process_input, stop it with process_signal."`
+	Command    string   `json:"command,omitempty" jsonschema_description:"A shell command line, run with bash -c in the sandbox's login environment (what its login profile sets, read once per sandbox; PATH keeps the sandbox's own directories and gains the profile's; bash -lc if the profile cannot be read that way), or with sh -c where the sandbox has no bash. Pipes, redirections, && and globs work. Give either command or argv, not both."`
+	Login      bool     `json:"login,omitempty" jsonschema_description:"Run the command in a login shell (bash -lc, or sh -lc where there is no bash), which re-reads the profile on each call; by default the login environment is captured once per sandbox and each command runs with bash -c. Use it when a profile (~/.profile, ~/.bash_profile) changed since the sandbox's first command. Default false; only with command."`
+	Argv       []string `json:"argv,omitempty" jsonschema:"minItems=1" jsonschema_description:"The program and its arguments, run directly without a shell (no quoting needed). argv[0] is looked up in PATH. Give either command or argv, not both."`
+	Cwd        string   `json:"cwd,omitempty" jsonschema_description:"Working directory, relative to the workspace root. Default: the workspace root. It must exist."`
+	Env        []envVar `json:"env,omitempty" jsonschema_description:"Extra environment variables for this command only, as a list of {name, value} pairs (for example [{\"name\": \"DEBUG\", \"value\": \"1\"}]); they override the sandbox's variables of the same name. Each name may appear once."`
+	Stdin      *string  `json:"stdin,omitempty" jsonschema_description:"Text written to the command's standard input; the input is then closed (EOF). Without it the command reads nothing. For a background process the text is written and stdin stays open for process_input."`
+	TimeoutSec *int64   `json:"timeout_sec,omitempty" jsonschema:"minimum=1" jsonschema_description:"Seconds before the command is killed (integer, at least 1). Default: the server's default timeout; values above the server's ceiling are lowered to it and the result says so. For a background process it is an optional kill deadline (none by default)."`
+	Background bool     `json:"background,omitempty" jsonschema_description:"Start the command and return at once with a process handle instead of waiting. Its stdout and stderr go to one log; follow it with process_output, feed it with process_input, stop it with process_signal."`
+}
+
+// envVar is one environment variable of workspace_exec's env. env is a list
+// of these rather than a JSON object keyed by name because an object with
+// arbitrary keys (additionalProperties) is what OpenAI's strict mode and
+// Gemini's function schemas reject.
+type envVar struct {
+	Name  string `json:"name" jsonschema:"required,minLength=1" jsonschema_description:"The variable's name: non-empty, without = or NUL."`
+	Value string `json:"value" jsonschema:"required" jsonschema_description:"The variable's value (may be empty; no NUL)."`
 }
 
 // JSONSchemaExtend publishes the limits checkExec relies on.
@@ -92,6 +101,33 @@ type execPlan struct {
 	asked    time.Duration
 	clamped  bool
 	describe string // the command as process_list shows it
+	env      map[string]string
+}
+
+// envMap checks workspace_exec's env list and returns it as a map (nil when
+// empty). A name given twice is an input error rather than last-wins: two
+// values for one variable in one call are most likely a mistake.
+func envMap(vars []envVar) (map[string]string, error) {
+	if len(vars) == 0 {
+		return nil, nil
+	}
+	env := make(map[string]string, len(vars))
+	first := make(map[string]int, len(vars))
+	for i, v := range vars {
+		field := fmt.Sprintf("env[%d]", i)
+		if v.Name == "" || strings.ContainsAny(v.Name, "=\x00") {
+			return nil, inputErr(field+".name", "%q is not a valid variable name (it must be non-empty and contain neither = nor NUL)", v.Name)
+		}
+		if strings.IndexByte(v.Value, 0) >= 0 {
+			return nil, inputErr(field+".value", "contains a NUL byte")
+		}
+		if j, dup := first[v.Name]; dup {
+			return nil, inputErr(field+".name", "%q is already set by env[%d]: give each variable once", v.Name, j)
+		}
+		first[v.Name] = i
+		env[v.Name] = v.Value
+	}
+	return env, nil
 }
 
 // checkExec validates the arguments that need no sandbox, so a bad call
@@ -122,14 +158,11 @@ func checkExec(d *Deps, in *execInput) (*execPlan, error) {
 			return nil, inputErr(fmt.Sprintf("argv[%d]", i), "contains a NUL byte")
 		}
 	}
-	for k, v := range in.Env {
-		if k == "" || strings.ContainsAny(k, "=\x00") {
-			return nil, inputErr("env", "variable name %q is invalid (it must be non-empty and contain neither = nor NUL)", k)
-		}
-		if strings.IndexByte(v, 0) >= 0 {
-			return nil, inputErr("env."+k, "value contains a NUL byte")
-		}
+	env, err := envMap(in.Env)
+	if err != nil {
+		return nil, err
 	}
+	p.env = env
 	switch {
 	case in.TimeoutSec != nil:
 		p.timeout = time.Duration(*in.TimeoutSec) * time.Second
@@ -188,13 +221,13 @@ func runExec(ctx context.Context, c *Call, in *execInput) (*execOutput, error) {
 		// The path as given (a link stays a link in pwd); envd follows it.
 		cwd = res.abs
 	}
-	cmd := envdclient.Command{Env: in.Env, Cwd: cwd, Timeout: plan.timeout}
+	cmd := envdclient.Command{Env: plan.env, Cwd: cwd, Timeout: plan.timeout}
 	if in.Command != "" {
 		prof, err := c.d.shell.profileFor(ctx, c, lease)
 		if err != nil {
 			return nil, err
 		}
-		cmd.Cmd, cmd.Args, cmd.Env = prof.command(in.Command, in.Login, in.Env)
+		cmd.Cmd, cmd.Args, cmd.Env = prof.command(in.Command, in.Login, plan.env)
 	} else {
 		cmd.Cmd, cmd.Args = in.Argv[0], in.Argv[1:]
 	}

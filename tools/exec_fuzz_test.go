@@ -52,12 +52,12 @@ func FuzzDecodeExecTools(f *testing.F) {
 		args string
 	}{
 		{0, `{"command":"echo hi"}`},
-		{0, `{"argv":["ls","-l"],"cwd":"sub","env":{"A":"b"},"stdin":"x","timeout_sec":5,"background":true}`},
+		{0, `{"argv":["ls","-l"],"cwd":"sub","env":[{"name":"A","value":"b"}],"stdin":"x","timeout_sec":5,"background":true}`},
 		{0, `{"command":"true","timeout_sec":1.5}`},
 		{0, `{"command":"true","timeout_sec":-1}`},
 		{0, `{"command":"true","timeout_sec":99999999999999999999}`},
 		{0, `{"argv":[]}`},
-		{0, `{"argv":[""],"env":{"=":"x"}}`},
+		{0, `{"argv":[""],"env":[{"name":"=","value":"x"},{"name":"=","value":"y"}]}`},
 		{0, `{"command":"a","argv":["b"]}`},
 		{0, `{"cwd":"../..","command":"x"}`},
 		{0, `null`},

@@ -145,7 +145,7 @@ func TestWorkspaceExecCwdEnvStdin(t *testing.T) {
 		t.Fatalf("cwd through a symlink inside: %q", valueOf(out.Stdout))
 	}
 
-	out = h.execOK(map[string]any{"command": `printf '%s/%s' "$GREETING" "$OTHER"`, "env": map[string]string{"GREETING": "hi there", "OTHER": ""}})
+	out = h.execOK(map[string]any{"command": `printf '%s/%s' "$GREETING" "$OTHER"`, "env": []map[string]string{{"name": "GREETING", "value": "hi there"}, {"name": "OTHER", "value": ""}}})
 	if valueOf(out.Stdout) != "hi there/" {
 		t.Fatalf("env: %q", valueOf(out.Stdout))
 	}
@@ -180,7 +180,14 @@ func TestWorkspaceExecBadInput(t *testing.T) {
 		{"blank command", map[string]any{"command": "   "}, "blank"},
 		{"NUL in command", map[string]any{"command": "echo \x00"}, "NUL"},
 		{"NUL in argv", map[string]any{"argv": []string{"echo", "a\x00b"}}, "argv[1]"},
-		{"bad env name", map[string]any{"command": "true", "env": map[string]string{"A=B": "x"}}, "env"},
+		{"bad env name", map[string]any{"command": "true", "env": []map[string]string{{"name": "A=B", "value": "x"}}}, "env[0].name"},
+		{"empty env name", map[string]any{"command": "true", "env": []map[string]string{{"name": "", "value": "x"}}}, "env[0].name"},
+		{"NUL in env name", map[string]any{"command": "true", "env": []map[string]string{{"name": "A\x00", "value": "x"}}}, "env[0].name"},
+		{"NUL in env value", map[string]any{"command": "true", "env": []map[string]string{{"name": "A", "value": "x\x00"}}}, "env[0].value"},
+		{"duplicate env name", map[string]any{"command": "true", "env": []map[string]string{{"name": "A", "value": "1"}, {"name": "B", "value": "2"}, {"name": "A", "value": "3"}}}, "env[2].name: \"A\" is already set by env[0]"},
+		{"env value missing", map[string]any{"command": "true", "env": []map[string]string{{"name": "A"}}}, "env[0]"},
+		{"env as an object", map[string]any{"command": "true", "env": map[string]string{"A": "1"}}, "env"},
+		{"env extra field", map[string]any{"command": "true", "env": []map[string]string{{"name": "A", "value": "1", "type": "x"}}}, "env[0]"},
 		{"login with argv", map[string]any{"argv": []string{"true"}, "login": true}, "login"},
 		{"login not a boolean", map[string]any{"command": "true", "login": "yes"}, "login"},
 		{"zero timeout", map[string]any{"command": "true", "timeout_sec": 0}, "timeout_sec"},

@@ -155,7 +155,7 @@ func TestBackgroundArgvEnvCwdStdin(t *testing.T) {
 	start := h.startBackground(map[string]any{
 		"argv":  []string{"sh", "-c", `pwd; echo "$V"; cat`},
 		"cwd":   "sub",
-		"env":   map[string]string{"V": "from-env"},
+		"env":   []map[string]string{{"name": "V", "value": "from-env"}},
 		"stdin": "from-stdin\n",
 	})
 	root := h.lease().Sandbox.Workdir

@@ -181,7 +181,7 @@ func TestWorkspaceExecLoginEnvironment(t *testing.T) {
 	}
 
 	// The model's env wins over the profile's.
-	out := h.execOK(map[string]any{"command": `printf %s "$SMCP_PROFILE_VAR"`, "env": map[string]string{"SMCP_PROFILE_VAR": "mine"}})
+	out := h.execOK(map[string]any{"command": `printf %s "$SMCP_PROFILE_VAR"`, "env": []map[string]string{{"name": "SMCP_PROFILE_VAR", "value": "mine"}}})
 	if got := valueOf(out.Stdout); got != "mine" {
 		t.Errorf("env over the profile: %q", got)
 	}
