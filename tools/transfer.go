@@ -285,6 +285,7 @@ func openArtifactInput(c *Call, field, from string) (*hostTree, error) {
 		}
 		return t, hostScanError(from, err, store.dir)
 	}
+	widenArtifactModes(t)
 	return t, nil
 }
 
