@@ -180,6 +180,7 @@ func (m *Manager) newClient(ep Endpoint) (*client.Client, error) {
 	if ep.EnvdVersion != "" {
 		opts = append(opts, client.WithEnvdVersion(ep.EnvdVersion))
 	}
+	opts = append(opts, ep.ClientOptions...)
 	opts = append(opts, m.opts.ClientOptions...)
 	return client.New(ep.URL, opts...)
 }

@@ -243,7 +243,7 @@ func connectTo(t testing.TB, p *Provider, id string) *client.Client {
 	if err != nil {
 		t.Fatalf("Endpoint(%s): %v", id, err)
 	}
-	c, err := client.New(ep.URL, client.WithEnvdVersion(ep.EnvdVersion))
+	c, err := client.New(ep.URL, append([]client.Option{client.WithEnvdVersion(ep.EnvdVersion)}, ep.ClientOptions...)...)
 	if err != nil {
 		t.Fatalf("client.New(%s): %v", ep.URL, err)
 	}
