@@ -166,21 +166,24 @@ func runHTTPServe(t *testing.T, n *newcomer, cmd string) {
 			t.Fatalf("/healthz: %v %v", resp, err)
 		}
 		resp.Body.Close()
-		if !strings.Contains(cmd, "--auth-tokens-file") {
-			return
-		}
-		// Without the token: 401; with it, an MCP session works.
+		// Without the token: 401; with it, an MCP session works. Without
+		// --auth-tokens-file the server generated the token.
 		req, _ := http.NewRequest(http.MethodPost, base+"/mcp", strings.NewReader(`{}`))
 		resp, err = hc.Do(req)
 		if err != nil || resp.StatusCode != http.StatusUnauthorized {
 			t.Fatalf("/mcp without a token: %v %v", resp, err)
 		}
 		resp.Body.Close()
-		raw, err := os.ReadFile(filepath.Join(n.dir, "tokens.txt"))
-		if err != nil {
-			t.Fatal(err)
+		var token string
+		if strings.Contains(cmd, "--auth-tokens-file") {
+			raw, err := os.ReadFile(filepath.Join(n.dir, "tokens.txt"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			token = strings.Fields(string(raw))[0]
+		} else {
+			token = n.httpToken()
 		}
-		token := strings.Fields(string(raw))[0]
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		c, err := mcpclient.NewStreamableHttpClient(base+"/mcp", mcpTransportOptions(token, hc)...)
@@ -189,9 +192,9 @@ func runHTTPServe(t *testing.T, n *newcomer, cmd string) {
 		}
 		defer c.Close()
 		initialize(t, ctx, c)
-		res := callTool(t, ctx, c, "workspace_exec", map[string]any{"command": "echo over-https"})
-		if res.IsError || !strings.Contains(textOf(res), "over-https") {
-			t.Fatalf("workspace_exec over HTTPS: %s", textOf(res))
+		res := callTool(t, ctx, c, "workspace_exec", map[string]any{"command": "echo over-http"})
+		if res.IsError || !strings.Contains(textOf(res), "over-http") {
+			t.Fatalf("workspace_exec over %s: %s", base, textOf(res))
 		}
 	})
 }

@@ -24,6 +24,10 @@ type httpOptions struct {
 	sessionIdleTTL  time.Duration
 	shutdownTimeout time.Duration
 	readyFD         int
+	insecureNoAuth  bool
+	// generatedToken is the token made at start for a loopback --http
+	// without --auth-tokens-file (see httptoken.go); "" otherwise.
+	generatedToken string
 }
 
 // register adds the transport flags; the defaults of the limits are the
@@ -31,7 +35,8 @@ type httpOptions struct {
 func (h *httpOptions) register(fs *flag.FlagSet) {
 	h.maxBodyBytes = byteSize(server.DefaultMaxBodyBytes)
 	fs.StringVar(&h.addr, "http", "", "serve streamable HTTP at ADDR (host:port) on /mcp instead of stdio")
-	fs.StringVar(&h.authTokensFile, "auth-tokens-file", "", "file of \"TOKEN PRINCIPAL\" lines; required unless --http is loopback")
+	fs.StringVar(&h.authTokensFile, "auth-tokens-file", "", "file of \"TOKEN PRINCIPAL\" lines; required unless --http is loopback, which without it generates a token (STATE-DIR/http-token)")
+	fs.BoolVar(&h.insecureNoAuth, "insecure-no-auth", false, "loopback --http with NO token: every user of this machine can use the server and the sandboxes of principal local")
 	fs.StringVar(&h.allowedOrigins, "allowed-origins", "", "comma-separated browser origins allowed to call (others get 403)")
 	fs.StringVar(&h.tlsCert, "tls-cert", "", "PEM certificate: serve HTTPS")
 	fs.StringVar(&h.tlsKey, "tls-key", "", "PEM private key for --tls-cert")
@@ -42,7 +47,9 @@ func (h *httpOptions) register(fs *flag.FlagSet) {
 }
 
 // serverConfig is the transport's part of the server's config. With --http
-// it loads the tokens and refuses to listen beyond loopback without them.
+// it loads the tokens and refuses to listen beyond loopback without them;
+// on loopback without them it generates one (principal local), unless
+// --insecure-no-auth.
 func (h *httpOptions) serverConfig() (server.Config, error) {
 	cfg := server.Config{
 		MaxBodyBytes:    int64(h.maxBodyBytes),
@@ -58,6 +65,9 @@ func (h *httpOptions) serverConfig() (server.Config, error) {
 	if h.addr == "" {
 		return cfg, nil
 	}
+	if h.insecureNoAuth && h.authTokensFile != "" {
+		return cfg, fmt.Errorf("--insecure-no-auth and --auth-tokens-file contradict each other: drop one")
+	}
 	if h.authTokensFile != "" {
 		tokens, err := server.LoadTokens(h.authTokensFile)
 		if err != nil {
@@ -65,7 +75,14 @@ func (h *httpOptions) serverConfig() (server.Config, error) {
 		}
 		cfg.AuthTokens = tokens
 	}
-	return cfg, server.CheckListen(h.addr, cfg.AuthTokens)
+	if err := server.CheckListen(h.addr, cfg.AuthTokens); err != nil {
+		return cfg, err
+	}
+	if len(cfg.AuthTokens) == 0 && !h.insecureNoAuth {
+		h.generatedToken = newHTTPToken()
+		cfg.AuthTokens = map[string]string{h.generatedToken: server.LocalPrincipal}
+	}
+	return cfg, nil
 }
 
 // serveCommand is `sandbox-mcp serve`: MCP over stdio, or over streamable
@@ -101,7 +118,20 @@ func serveCommand(fs *flag.FlagSet, g *globals) func(context.Context, []string) 
 		if err != nil {
 			return fmt.Errorf("--http %s: %w", h.addr, err)
 		}
-		if err := ready.Announce(st.server.EndpointURL(ln.Addr())); err != nil {
+		url := st.server.EndpointURL(ln.Addr())
+		switch {
+		case h.generatedToken != "":
+			path, err := writeHTTPToken(o.stateDir, h.generatedToken)
+			if err != nil {
+				ln.Close()
+				return err
+			}
+			defer removeHTTPToken(path, h.generatedToken)
+			fmt.Fprintf(g.stderr, "sandbox-mcp: serving %s  token: %s\nsandbox-mcp: send it as \"Authorization: Bearer TOKEN\"; it is also in %s (mode 0600) while the server runs\n", url, h.generatedToken, path)
+		case h.insecureNoAuth:
+			g.log.Warn("serving HTTP WITHOUT authentication (--insecure-no-auth): every user of this machine can use this server and the sandboxes and files of principal local", "url", url)
+		}
+		if err := ready.Announce(url); err != nil {
 			ln.Close()
 			return err
 		}

@@ -56,13 +56,14 @@ func TestStdioBinaryTools(t *testing.T) {
 func TestHTTPBinaryTools(t *testing.T) {
 	n := newNewcomer(t)
 	runLongRunning(t, n, "./sandbox-mcp serve --http 127.0.0.1:0", func(url string) {
+		auth := "Bearer " + n.httpToken()
 		for _, tc := range []struct {
 			name string
 			opts []mcpclient.ClientOption
 			hdr  map[string]string
 		}{
-			{"2025-11-25", []mcpclient.ClientOption{mcpclient.WithProtocolVersion(mcp.ProtocolVersion20251125)}, nil},
-			{"2026-07-28", nil, map[string]string{"Sandbox-Workspace": "stateless-test"}},
+			{"2025-11-25", []mcpclient.ClientOption{mcpclient.WithProtocolVersion(mcp.ProtocolVersion20251125)}, map[string]string{"Authorization": auth}},
+			{"2026-07-28", nil, map[string]string{"Sandbox-Workspace": "stateless-test", "Authorization": auth}},
 		} {
 			t.Run(tc.name, func(t *testing.T) {
 				tr, err := transport.NewStreamableHTTP(url, transport.WithHTTPHeaders(tc.hdr))

@@ -180,6 +180,7 @@ func (m *Manager) newClient(ep Endpoint) (*envdclient.Client, error) {
 	if ep.EnvdVersion != "" {
 		opts = append(opts, envdclient.WithEnvdVersion(ep.EnvdVersion))
 	}
+	opts = append(opts, ep.ClientOptions...)
 	opts = append(opts, m.opts.ClientOptions...)
 	return envdclient.New(ep.URL, opts...)
 }

@@ -9,6 +9,8 @@ package manage
 import (
 	"context"
 	"time"
+
+	"github.com/sandbox-mcp/sandbox-mcp/envd/envdclient"
 )
 
 // State is a sandbox's lifecycle state as a provider reports it.
@@ -104,6 +106,10 @@ type Endpoint struct {
 	User string
 	// EnvdVersion is the daemon's version, when the provider knows it.
 	EnvdVersion string
+	// ClientOptions are further options of the client that reaches this
+	// endpoint, which the provider needs (the local provider's check of
+	// its socket paths).
+	ClientOptions []envdclient.Option
 }
 
 // Provider creates and controls sandboxes. Implementations must be safe for

@@ -70,9 +70,13 @@ func workspaceDirName(key string) string {
 	return hex.EncodeToString(sum[:8]) + "-" + slug
 }
 
-// openForWrite opens the store, creating it.
+// openForWrite opens the store, creating it (private: see artifactperm.go).
 func (s artifactStore) openForWrite() (*os.Root, error) {
-	if err := os.MkdirAll(s.dir, 0o755); err != nil {
+	err := makePrivateDir(filepath.Dir(s.dir))
+	if err == nil {
+		err = makePrivateDir(s.dir)
+	}
+	if err != nil {
 		return nil, fmt.Errorf("create the artifact store: %w", err)
 	}
 	return os.OpenRoot(s.dir)
@@ -111,12 +115,14 @@ func cleanArtifactName(field, name string) (string, error) {
 var errArtifactTooBig = errors.New("the file holds more bytes than allowed")
 
 // writeArtifact stores r as name atomically (a temporary, then a rename) and
-// returns its size and SHA-256. peek, when set, sees every byte too. When r
+// returns its size and SHA-256. mode is the file's mode in the sandbox,
+// which the stored file keeps only as far as storedArtifactMode says. peek,
+// when set, sees every byte too. When r
 // holds more than limit bytes, the temporary is removed before any rename and
 // the error is errArtifactTooBig.
 func writeArtifact(root *os.Root, name string, r io.Reader, mode fs.FileMode, peek io.Writer, limit int64) (int64, string, error) {
 	if dir := path.Dir(name); dir != "." {
-		if err := root.MkdirAll(dir, 0o755); err != nil {
+		if err := root.MkdirAll(dir, artifactDirMode); err != nil {
 			return 0, "", storeNameError(name, err)
 		}
 	}
@@ -138,8 +144,7 @@ func writeArtifact(root *os.Root, name string, r io.Reader, mode fs.FileMode, pe
 		err = errArtifactTooBig
 	}
 	if err == nil {
-		// Owner read and write always, so the store can read it back.
-		err = root.Chmod(tmp, mode.Perm()|0o600)
+		err = root.Chmod(tmp, storedArtifactMode(mode))
 	}
 	if err == nil {
 		err = root.Rename(tmp, name)

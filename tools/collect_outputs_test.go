@@ -53,8 +53,8 @@ func TestCollectOutputs(t *testing.T) {
 	if !slices.Equal(names, []string{"other/x.txt", "out/a.txt", "out/sub/b.txt", "out/sub/c.bin", "run.sh"}) {
 		t.Errorf("** collected %v", names)
 	}
-	if fi, err := os.Stat(filepath.Join(out.Store, "run.sh")); err != nil || fi.Mode().Perm() != 0o755 {
-		t.Errorf("stored run.sh mode = %v, %v; want 0755", fi.Mode(), err)
+	if fi, err := os.Stat(filepath.Join(out.Store, "run.sh")); err != nil || fi.Mode().Perm() != 0o700 {
+		t.Errorf("stored run.sh mode = %v, %v; want 0700 (executable, private)", fi.Mode(), err)
 	}
 	out, _ = okAs[collectOutputsOutput](h, "collect_outputs", map[string]any{"globs": []string{toolDataDir + "/**"}})
 	if len(out.Artifacts) != 1 || out.Artifacts[0].Name != toolDataDir+"/runs/1/stdout.log" {

@@ -97,6 +97,7 @@ func NewDeps(m *manage.Manager, cfg Config, log *slog.Logger) *Deps {
 	if log == nil {
 		log = slog.Default()
 	}
+	restrictArtifactStore(cfg.ArtifactsDir, log)
 	return &Deps{Manager: m, Config: cfg, Logger: log}
 }
 

@@ -271,6 +271,7 @@ func openArtifactInput(c *Call, field, from string) (*hostTree, error) {
 		}
 		return t, hostScanError(from, err, store.dir)
 	}
+	widenArtifactModes(t)
 	return t, nil
 }
 

@@ -36,7 +36,7 @@ const DefaultListen = "127.0.0.1:49983"
 // Register defines the envd flags on fs, each stored in f.
 func (f *Flags) Register(fs *flag.FlagSet) {
 	f.env = cmdline.KeyValues{}
-	fs.StringVar(&f.Listen, "listen", DefaultListen, "address: host:port or unix:/path/to/socket")
+	fs.StringVar(&f.Listen, "listen", DefaultListen, "address: host:port, unix:/path/to/socket, or fd:N (a listening socket inherited as descriptor N)")
 	fs.StringVar(&f.Root, "root", "", "workspace directory: relative paths and the default cwd resolve against it (required)")
 	fs.BoolVar(&f.Confine, "confine", false, "refuse any path that resolves (symlinks followed) outside --root")
 	fs.StringVar(&f.AccessToken, "access-token", "", "require this token in X-Access-Token (all but /health)")

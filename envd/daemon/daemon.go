@@ -212,10 +212,14 @@ func (d *Daemon) takeServers() []*http.Server {
 	return servers
 }
 
-// Listen opens addr: "unix:/path/to/socket" or "host:port". A stale socket
+// Listen opens addr: "unix:/path/to/socket", "host:port", or "fd:N" for a
+// listening socket inherited as descriptor N (see listenFD). A stale socket
 // file left by a previous daemon is replaced; the socket is made accessible
 // to its owner only.
 func Listen(addr string) (net.Listener, error) {
+	if number, ok := strings.CutPrefix(addr, "fd:"); ok {
+		return listenFD(addr, number)
+	}
 	if path, ok := strings.CutPrefix(addr, "unix:"); ok {
 		if path == "" {
 			return nil, fmt.Errorf("listen %q: empty socket path", addr)

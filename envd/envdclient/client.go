@@ -75,6 +75,8 @@ type options struct {
 	killTimeout time.Duration
 	tlsConfig   *tls.Config
 	json        bool
+	// unixSocketCheck runs before each unix socket dial (socketcheck.go).
+	unixSocketCheck func(path string) error
 }
 
 // Option configures a Client.
@@ -160,6 +162,11 @@ func New(endpoint string, opts ...Option) (*Client, error) {
 		}
 		base = &url.URL{Scheme: "http", Host: "envd"}
 		tr.DialContext = func(ctx context.Context, _, _ string) (net.Conn, error) {
+			if o.unixSocketCheck != nil {
+				if err := o.unixSocketCheck(sock); err != nil {
+					return nil, &DialError{Addr: endpoint, Err: err}
+				}
+			}
 			c, err := dialer.DialContext(ctx, "unix", sock)
 			if err != nil {
 				return nil, &DialError{Addr: endpoint, Err: err}

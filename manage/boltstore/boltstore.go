@@ -12,7 +12,10 @@
 // Faults: a file still locked by another process after the lock timeout is a
 // clear error naming the file; a corrupt file is moved aside (kept for
 // inspection, logged) and a fresh one started, so one bad file never stops
-// the server. Sandboxes themselves are never touched by the store.
+// the server. A truncated file, which bbolt would read past its end (a
+// SIGBUS no recover catches), is found before it is mapped (check.go), and
+// a fault on the mapping is made a panic of the goroutine, recovered as
+// corruption. Sandboxes themselves are never touched by the store.
 package boltstore
 
 import (
@@ -25,6 +28,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"sync"
 	"syscall"
 	"time"
@@ -128,7 +132,10 @@ func (s *Store) open(readOnly bool) (*bolt.DB, error) {
 }
 
 func (s *Store) openOnce(readOnly bool) (db *bolt.DB, err error) {
-	// bbolt panics on some kinds of damaged pages; treat that as corruption.
+	// bbolt panics on some kinds of damaged pages, and faults reading a
+	// page the file does not hold (made a panic here, see tx); treat both
+	// as corruption.
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	defer func() {
 		if p := recover(); p != nil {
 			db, err = nil, fmt.Errorf("%w: %v", errCorrupt, p)
@@ -138,6 +145,11 @@ func (s *Store) openOnce(readOnly bool) (db *bolt.DB, err error) {
 		if _, statErr := os.Stat(s.path); errors.Is(statErr, os.ErrNotExist) {
 			readOnly = false // create it
 		}
+	}
+	checkCtx, cancel := context.WithTimeout(context.Background(), s.timeout)
+	defer cancel()
+	if err := s.checkFile(checkCtx); err != nil {
+		return nil, err
 	}
 	db, err = bolt.Open(s.path, 0o600, &bolt.Options{Timeout: s.timeout, ReadOnly: readOnly})
 	switch {
@@ -167,6 +179,9 @@ func (s *Store) tx(readOnly bool, fn func(*bolt.Tx) error) (err error) {
 		return err
 	}
 	defer db.Close()
+	// A fault on the mapping (the file shrank under it) becomes a panic of
+	// this goroutine instead of killing the process, and is recovered below.
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	defer func() {
 		if p := recover(); p != nil {
 			err = fmt.Errorf("store file %s: %w: %v", s.path, errCorrupt, p)

@@ -18,8 +18,9 @@ import (
 const (
 	insideWorkspace = "/workspace"
 	insideEnvd      = "/.sandbox-mcp/envd"
-	insideRun       = "/.sandbox-mcp/run"
-	insideSocket    = insideRun + "/envd.sock"
+	// insideRun is the sandbox's run directory, bound writable. It holds
+	// nothing the server reads: envd's socket is elsewhere (socket.go).
+	insideRun = "/.sandbox-mcp/run"
 	// insideUID and insideGID are the ids sandbox processes have inside.
 	insideUID = 1000
 	insideGID = 1000
@@ -101,12 +102,13 @@ func sandboxEnv(home, tmp string) [][2]string {
 }
 
 // envdArgs are the arguments of `sandbox-mcp envd`, which the lean
-// sandbox-envd takes too (its leading "envd" included). envd builds each
+// sandbox-envd takes too (its leading "envd" included), listening on listen
+// ("fd:N": the socket the server made, see socket.go). envd builds each
 // process's environment itself (PATH from its own, HOME, USER, LOGNAME, then
 // its --env), so LANG and TMPDIR travel as --env, overridable by the
 // sandbox's own env.
-func envdArgs(socket, root, tmp string, confine bool, extra map[string]string) []string {
-	args := []string{"envd", "--listen", "unix:" + socket, "--root", root, "--ready-fd", "3"}
+func envdArgs(listen, root, tmp string, confine bool, extra map[string]string) []string {
+	args := []string{"envd", "--listen", listen, "--root", root, "--ready-fd", "3"}
 	if confine {
 		args = append(args, "--confine")
 	}
@@ -127,7 +129,7 @@ func envdArgs(socket, root, tmp string, confine bool, extra map[string]string) [
 
 // bwrapArgs is the whole bwrap command line of a sandbox in dir, running the
 // envd binary at envd. fd 3 is the ready pipe (passed on to envd), 4 bwrap's
-// info pipe, 5 its block pipe.
+// info pipe, 5 its block pipe, 6 envd's listening socket (passed on).
 func (p *Provider) bwrapArgs(id, dir, envd string, cfg sandboxSpec) []string {
 	args := namespaceArgs(id, cfg.network)
 	for _, kv := range sandboxEnv(insideWorkspace, "/tmp") {
@@ -145,7 +147,7 @@ func (p *Provider) bwrapArgs(id, dir, envd string, cfg sandboxSpec) []string {
 		args = append(args, resolvConfArgs()...)
 	}
 	args = append(args, "--chdir", insideWorkspace, "--info-fd", "4", "--block-fd", "5", insideEnvd)
-	return append(args, envdArgs(insideSocket, insideWorkspace, "/tmp", false, cfg.env)...)
+	return append(args, envdArgs(fmt.Sprintf("fd:%d", bwrapListenFD), insideWorkspace, "/tmp", false, cfg.env)...)
 }
 
 // bwrapProbe is the outcome of running bwrap once.

@@ -121,12 +121,17 @@ func (p *Provider) startDaemon(ctx context.Context, id, dir string, spec sandbox
 	if err != nil {
 		return nil, connect.NewError(connect.CodeInternal, fmt.Errorf("start sandbox %s: %w", id, err))
 	}
+	listener, err := listenControlSocket(dir)
+	if err != nil {
+		return nil, connect.NewError(connect.CodeInternal, fmt.Errorf("start sandbox %s: envd socket: %w", id, err))
+	}
 	readyR, readyW, err := os.Pipe()
 	if err != nil {
+		_ = listener.Close()
 		return nil, connect.NewError(connect.CodeInternal, err)
 	}
 	defer func() { _ = readyR.Close() }()
-	closeLater := []*os.File{readyW}
+	closeLater := []*os.File{readyW, listener}
 	defer func() {
 		for _, f := range closeLater {
 			_ = f.Close()
@@ -156,7 +161,7 @@ func (p *Provider) startDaemon(ctx context.Context, id, dir string, spec sandbox
 		} else {
 			cmd = exec.Command("/bin/sh", rlimitArgs(spec, p.bwrapPath, p.bwrapArgs(id, dir, envdPath, spec))...)
 		}
-		cmd.ExtraFiles = []*os.File{readyW, infoW, blockR}
+		cmd.ExtraFiles = []*os.File{readyW, infoW, blockR, listener}
 		cmd.Dir = "/"
 		cmd.Env = []string{}
 		// bwrap --die-with-parent ties the sandbox to this process (see
@@ -167,8 +172,8 @@ func (p *Provider) startDaemon(ctx context.Context, id, dir string, spec sandbox
 		// Go programs restore the NOFILE soft limit they started with in
 		// every child they spawn, so a limit set on envd once it runs would
 		// not reach its children: envd must start with it.
-		cmd = exec.Command("/bin/sh", rlimitArgs(spec, envdPath, envdArgs(filepath.Join(dir, "run", "envd.sock"), ws, filepath.Join(dir, "tmp"), true, spec.env))...)
-		cmd.ExtraFiles = []*os.File{readyW}
+		cmd = exec.Command("/bin/sh", rlimitArgs(spec, envdPath, envdArgs(fmt.Sprintf("fd:%d", plainListenFD), ws, filepath.Join(dir, "tmp"), true, spec.env))...)
+		cmd.ExtraFiles = []*os.File{readyW, listener}
 		cmd.Dir = ws
 		for _, kv := range sandboxEnv(ws, filepath.Join(dir, "tmp")) {
 			cmd.Env = append(cmd.Env, kv[0]+"="+kv[1])

@@ -255,7 +255,7 @@ func connectTo(t testing.TB, p *Provider, id string) *envdclient.Client {
 	if err != nil {
 		t.Fatalf("Endpoint(%s): %v", id, err)
 	}
-	c, err := envdclient.New(ep.URL, envdclient.WithEnvdVersion(ep.EnvdVersion))
+	c, err := envdclient.New(ep.URL, append([]envdclient.Option{envdclient.WithEnvdVersion(ep.EnvdVersion)}, ep.ClientOptions...)...)
 	if err != nil {
 		t.Fatalf("envdclient.New(%s): %v", ep.URL, err)
 	}

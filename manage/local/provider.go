@@ -7,7 +7,12 @@
 //
 //	workspace/   the workspace (/workspace inside, envd's --root)
 //	tmp/         its private /tmp
-//	run/         envd.sock, the daemon's socket
+//	run/         /.sandbox-mcp/run inside, writable there; nothing the
+//	             server reads (envd's socket used to be here, where the
+//	             sandbox could replace it)
+//	ctl/         envd.sock, the daemon's socket: made by the server, passed
+//	             to envd as a descriptor, out of every sandbox's sight
+//	             (socket.go)
 //	sandbox.json id, creation time and configuration, so the sandbox is
 //	             found again after a restart
 //	owner.lock, op.lock, daemon.json
@@ -465,7 +470,7 @@ func (cfg Config) withDefaults() (Config, error) {
 		cfg.Logger = slog.Default()
 	}
 	// A unix socket path has at most 107 bytes.
-	if sock := filepath.Join(cfg.StateDir, "sandboxes", "l123456789abcdef", "run", "envd.sock"); len(sock) > 107 {
+	if sock := socketPath(filepath.Join(cfg.StateDir, "sandboxes", "l123456789abcdef")); len(sock) > 107 {
 		return cfg, fmt.Errorf("local provider: state directory %s is too long: socket paths under it (%d bytes) exceed the 107-byte limit of unix sockets", cfg.StateDir, len(sock))
 	}
 	return cfg, nil

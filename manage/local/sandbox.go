@@ -17,6 +17,7 @@ import (
 	"connectrpc.com/connect"
 	"golang.org/x/sys/unix"
 
+	"github.com/sandbox-mcp/sandbox-mcp/envd/envdclient"
 	"github.com/sandbox-mcp/sandbox-mcp/manage"
 	"github.com/sandbox-mcp/sandbox-mcp/manage/filelock"
 )
@@ -204,7 +205,7 @@ func (p *Provider) info(ctx context.Context, id string) (s manage.Sandbox, vanis
 // infoLocked is info with id's entry lock held.
 func (p *Provider) infoLocked(ctx context.Context, id string, e *entry) (s manage.Sandbox, vanished bool, err error) {
 	dir := filepath.Join(p.sandboxesDir, id)
-	if d := e.d; d != nil && d.alive() && !socketRefuses(ctx, filepath.Join(dir, "run", "envd.sock")) {
+	if d := e.d; d != nil && d.alive() && !p.socketRefuses(ctx, socketPath(dir)) {
 		meta, err := readMeta(dir)
 		if err != nil {
 			// The directory went away under a running daemon: kill the
@@ -370,7 +371,9 @@ func (p *Provider) describe(meta metadata, isolation string, state manage.State,
 
 // Endpoint returns the unix socket of a sandbox's envd. It answers for any
 // sandbox whose directory exists, running or not, whichever Provider runs
-// it: the socket is reachable from every process of the user.
+// it: the socket is reachable from every process of the user. The client it
+// configures checks the socket's path before every connection
+// (checkSocketPath), so it never follows a path a sandbox redirected.
 func (p *Provider) Endpoint(ctx context.Context, id string) (manage.Endpoint, error) {
 	if err := checkID(id); err != nil {
 		return manage.Endpoint{}, err
@@ -382,7 +385,11 @@ func (p *Provider) Endpoint(ctx context.Context, id string) (manage.Endpoint, er
 	if _, err := os.Stat(filepath.Join(dir, metadataFile)); err != nil {
 		return manage.Endpoint{}, notFound(id)
 	}
-	return manage.Endpoint{URL: "unix:" + filepath.Join(dir, "run", "envd.sock"), EnvdVersion: envdVersion}, nil
+	return manage.Endpoint{
+		URL:           "unix:" + socketPath(dir),
+		EnvdVersion:   envdVersion,
+		ClientOptions: []envdclient.Option{envdclient.WithUnixSocketCheck(p.checkSocketPath)},
+	}, nil
 }
 
 // control is a sandbox locked for a change of state: its entry lock and its
@@ -873,8 +880,12 @@ func notFound(id string) error {
 // socketRefuses reports whether the unix socket at path exists but nothing
 // accepts connections on it any more: the daemon behind it has died. A
 // socket that accepts, a missing socket file (the directory removed by
-// hand, handled by the caller), or any other answer, is not a verdict.
-func socketRefuses(ctx context.Context, path string) bool {
+// hand, handled by the caller), a path checkSocketPath refuses (never
+// dialed), or any other answer, is not a verdict.
+func (p *Provider) socketRefuses(ctx context.Context, path string) bool {
+	if p.checkSocketPath(path) != nil {
+		return false
+	}
 	c, err := (&net.Dialer{}).DialContext(ctx, "unix", path)
 	if err == nil {
 		_ = c.Close()

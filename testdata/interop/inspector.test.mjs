@@ -76,7 +76,7 @@ const targets = [
     async start () {
       const server = await startServeHTTP()
       return {
-        args: ['--server-url', server.url, '--transport', 'http'],
+        args: ['--server-url', server.url, ...Object.entries(server.headers).flatMap(([k, v]) => ['--header', `${k}: ${v}`]), '--transport', 'http'],
         diagnostics: server.stderr,
         stop: server.stop
       }

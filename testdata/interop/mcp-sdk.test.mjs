@@ -68,12 +68,14 @@ const transports = [
     async start () {
       const server = await startServeHTTP()
       const client = new clientMod.Client(clientInfo)
-      const transport = new httpMod.StreamableHTTPClientTransport(new URL(server.url))
+      const requestInit = { headers: server.headers }
+      const transport = new httpMod.StreamableHTTPClientTransport(new URL(server.url), { requestInit })
       await within(client.connect(transport), 'the HTTP initialize handshake')
       return {
         client,
         transport,
         url: server.url,
+        requestInit,
         diagnostics: server.stderr,
         stop: async () => {
           // DELETE the session, then stop the server.
@@ -209,9 +211,20 @@ for (const t of transports) {
     // stdio has no sessions; this one exists only for HTTP (no skip under CI).
     if (t.name === 'stdio') return
 
+    test('without the bearer token the server generated, initialize is refused with 401', async () => {
+      const c = new clientMod.Client(clientInfo)
+      const tr = new httpMod.StreamableHTTPClientTransport(new URL(conn.url), { requestInit: { headers: { 'Sandbox-Workspace': 'default' } } })
+      await assert.rejects(c.connect(tr), (err) => {
+        assert.ok(err instanceof httpMod.StreamableHTTPError, `got ${err?.constructor?.name}: ${err}`)
+        assert.equal(err.code, 401)
+        return true
+      })
+      await c.close()
+    })
+
     test('terminateSession (DELETE) ends a session, and its id is then refused with 404', async () => {
       const c = new clientMod.Client(clientInfo)
-      const tr = new httpMod.StreamableHTTPClientTransport(new URL(conn.url))
+      const tr = new httpMod.StreamableHTTPClientTransport(new URL(conn.url), { requestInit: conn.requestInit })
       await within(c.connect(tr), 'a second HTTP session')
       const id = tr.sessionId
       const r = await c.callTool({ name: 'workspace_exec', arguments: { command: 'echo second session' } })
@@ -222,7 +235,7 @@ for (const t of transports) {
 
       // Reusing the ended id: the server must answer 404 (the client should then re-initialize).
       const stale = new clientMod.Client(clientInfo)
-      const staleTransport = new httpMod.StreamableHTTPClientTransport(new URL(conn.url), { sessionId: id })
+      const staleTransport = new httpMod.StreamableHTTPClientTransport(new URL(conn.url), { sessionId: id, requestInit: conn.requestInit })
       await stale.connect(staleTransport) // with a session id the SDK skips initialize
       await assert.rejects(stale.listTools(), (err) => {
         assert.ok(err instanceof httpMod.StreamableHTTPError, `got ${err?.constructor?.name}: ${err}`)

@@ -3,7 +3,7 @@
 // (a missing piece skips with a reason, except under CI=true where it fails).
 
 import { spawn } from 'node:child_process'
-import { chmodSync, existsSync, mkdirSync, mkdtempSync, rmSync } from 'node:fs'
+import { chmodSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { dirname, join, resolve } from 'node:path'
 import { fileURLToPath } from 'node:url'
@@ -207,8 +207,10 @@ export function serveEnv (stateDir) {
 /**
  * startServeHTTP runs `sandbox-mcp serve --http 127.0.0.1:0 --ready-fd 3`
  * with a fresh state directory and resolves once it listens, with url (the
- * MCP endpoint the server reports, http://127.0.0.1:PORT/mcp), stderr() and
- * stop() (which also removes the state directory).
+ * MCP endpoint the server reports, http://127.0.0.1:PORT/mcp), token (the
+ * bearer token the server generated, read from STATE-DIR/http-token; null
+ * when extraArgs turn it off), headers ({ Authorization: 'Bearer TOKEN' }, or
+ * {}), stderr() and stop() (which also removes the state directory).
  */
 export async function startServeHTTP (extraArgs = []) {
   const stateDir = newStateDir('serve-http')
@@ -221,9 +223,13 @@ export async function startServeHTTP (extraArgs = []) {
     throw err
   }
   const stopChild = handle.stop
+  const tokenFile = join(stateDir, 'http-token')
+  const token = existsSync(tokenFile) ? readFileSync(tokenFile, 'utf8').trim() : null
   return {
     ...handle,
     url: handle.addr,
+    token,
+    headers: token ? { Authorization: `Bearer ${token}` } : {},
     stateDir,
     stop: async () => {
       const info = await stopChild()

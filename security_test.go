@@ -1,0 +1,206 @@
+package main
+
+import (
+	"bufio"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+)
+
+// httpToken returns the token a loopback `serve --http` of the newcomer
+// generated (its state directory's http-token).
+func (n *newcomer) httpToken() string {
+	n.t.Helper()
+	raw, err := os.ReadFile(filepath.Join(n.dir, "state", httpTokenFile))
+	if err != nil {
+		n.t.Fatalf("the generated HTTP token: %v", err)
+	}
+	return strings.TrimSpace(string(raw))
+}
+
+// httpServer is a `sandbox-mcp serve --http` the test started, with its
+// stderr readable line by line.
+type httpServer struct {
+	url    string
+	stderr *bufio.Reader
+	cmd    *exec.Cmd
+}
+
+// startHTTPServe starts `./sandbox-mcp serve --http 127.0.0.1:0 args…` for
+// n and waits for its ready line; it is stopped (SIGTERM) when the test
+// ends.
+func startHTTPServe(t *testing.T, n *newcomer, args ...string) *httpServer {
+	t.Helper()
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := exec.Command(filepath.Join(n.dir, "sandbox-mcp"), append([]string{"serve", "--http", "127.0.0.1:0", "--ready-fd", "3"}, args...)...)
+	c.Dir, c.Env = n.dir, n.env
+	c.ExtraFiles = []*os.File{pw}
+	errPipe, err := c.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pw.Close()
+	stderr := bufio.NewReader(errPipe)
+	line, err := bufio.NewReader(pr).ReadString('\n')
+	pr.Close()
+	if err != nil {
+		_ = c.Process.Kill()
+		rest, _ := io.ReadAll(stderr)
+		_ = c.Wait()
+		t.Fatalf("serve --http %v did not become ready: %v\n%s", args, err, rest)
+	}
+	s := &httpServer{url: strings.TrimSpace(strings.TrimPrefix(line, "ready ")), stderr: stderr, cmd: c}
+	t.Cleanup(func() { s.stop(t) })
+	return s
+}
+
+// stop ends the server with SIGTERM and waits for it (once).
+func (s *httpServer) stop(t *testing.T) {
+	t.Helper()
+	if s.cmd.ProcessState != nil {
+		return
+	}
+	_ = s.cmd.Process.Signal(syscall.SIGTERM)
+	rest, _ := io.ReadAll(s.stderr)
+	if err := s.cmd.Wait(); err != nil {
+		t.Errorf("serve --http did not stop cleanly: %v\n%s", err, rest)
+	}
+}
+
+// initializeBody is an MCP initialize request.
+const initializeBody = `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"hostile","version":"0"}}}`
+
+// postInitialize sends initialize to url with the given headers and returns
+// the status.
+func postInitialize(t *testing.T, url string, headers map[string]string) int {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, url, strings.NewReader(initializeBody))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	for k, v := range headers {
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+// A loopback HTTP server without --auth-tokens-file used to serve every
+// user of the machine as principal "local": another user sent
+// Sandbox-Workspace: default and read the operator's files. Now it makes a
+// token at start, prints it once with the URL, keeps it in
+// STATE-DIR/http-token (0600) and requires it.
+func TestHTTPGeneratedToken(t *testing.T) {
+	n := newNewcomer(t)
+	s := startHTTPServe(t, n)
+	var line string
+	for !strings.Contains(line, "token: ") {
+		var err error
+		if line, err = s.stderr.ReadString('\n'); err != nil {
+			t.Fatalf("stderr ended without the token: %v", err)
+		}
+	}
+	_, token, ok := strings.Cut(strings.TrimSpace(line), "token: ")
+	if !ok || !strings.Contains(line, s.url) || len(token) != 64 {
+		t.Fatalf("first stderr line %q: want the URL %s and the token", line, s.url)
+	}
+	path := filepath.Join(n.dir, "state", httpTokenFile)
+	fi, err := os.Lstat(path)
+	if err != nil || !fi.Mode().IsRegular() || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("token file %s: %v, %v; want a regular file of mode 0600", path, fi, err)
+	}
+	if got := n.httpToken(); got != token {
+		t.Fatalf("token file holds %q, stderr printed %q", got, token)
+	}
+
+	// Another local user, without the token, picking the operator's
+	// workspace by name.
+	for name, hdr := range map[string]map[string]string{
+		"no token":    {"Sandbox-Workspace": "default"},
+		"wrong token": {"Sandbox-Workspace": "default", "Authorization": "Bearer " + strings.Repeat("0", 64)},
+		"not bearer":  {"Authorization": "Basic " + token},
+	} {
+		if code := postInitialize(t, s.url, hdr); code != http.StatusUnauthorized {
+			t.Errorf("%s: initialize answered %d; want 401", name, code)
+		}
+	}
+	resp, err := http.Get(strings.TrimSuffix(s.url, "/mcp") + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized {
+		t.Errorf("/metrics without the token: %d; want 401", resp.StatusCode)
+	}
+	if code := postInitialize(t, s.url, map[string]string{"Authorization": "Bearer " + token, "Sandbox-Workspace": "default"}); code != http.StatusOK {
+		t.Errorf("initialize with the token: %d; want 200", code)
+	}
+
+	s.stop(t)
+	if _, err := os.Lstat(path); !os.IsNotExist(err) {
+		t.Errorf("token file after the server stopped: %v; want it removed", err)
+	}
+}
+
+// The old behaviour is there only under a name that says what it risks,
+// and only on loopback.
+func TestHTTPInsecureNoAuth(t *testing.T) {
+	n := newNewcomer(t)
+	s := startHTTPServe(t, n, "--insecure-no-auth")
+	if code := postInitialize(t, s.url, nil); code != http.StatusOK {
+		t.Errorf("initialize without a token under --insecure-no-auth: %d; want 200", code)
+	}
+	if _, err := os.Lstat(filepath.Join(n.dir, "state", httpTokenFile)); !os.IsNotExist(err) {
+		t.Errorf("token file under --insecure-no-auth: %v; want none", err)
+	}
+	s.stop(t)
+	for _, tc := range []struct{ args, want string }{
+		{"--http 0.0.0.0:0 --insecure-no-auth", "refusing to listen"},
+		{"--http 127.0.0.1:0 --insecure-no-auth --auth-tokens-file tokens.txt", "contradict"},
+	} {
+		_, errs, code := n.run("./sandbox-mcp serve "+tc.args, nil)
+		if code == 0 || !strings.Contains(errs, tc.want) {
+			t.Errorf("serve %s: exit %d, stderr %q; want %q", tc.args, code, errs, tc.want)
+		}
+	}
+}
+
+// A truncated state.db (truncate -s 8192) killed every start with a SIGBUS
+// in bbolt. Now the server starts, moves the file aside and says so.
+func TestTruncatedStateDB(t *testing.T) {
+	n := newNewcomer(t)
+	n.mustRun(`./sandbox-mcp call --workspace keep put_files '{"files": [{"path": "a.txt", "content": "a"}]}'`)
+	db := filepath.Join(n.dir, "state", "state.db")
+	if fi, err := os.Stat(db); err != nil || fi.Size() <= 8192 {
+		t.Fatalf("state.db: %v, %v; want more than 8192 bytes", fi, err)
+	}
+	n.mustRun("truncate -s 8192 " + db)
+	out, errs, code := n.run(`./sandbox-mcp call --workspace keep workspace_info`, nil)
+	if code != 0 || strings.Contains(errs, "SIGBUS") {
+		t.Fatalf("call after truncating state.db: exit %d\nstdout: %s\nstderr: %s", code, out, errs)
+	}
+	if !strings.Contains(errs, "corrupt") || !strings.Contains(errs, "truncated") {
+		t.Errorf("stderr %q: want the damaged store named", errs)
+	}
+	if aside, _ := filepath.Glob(db + ".corrupt-*"); len(aside) != 1 {
+		t.Errorf("state.db not moved aside: %v", aside)
+	}
+}
