@@ -15,6 +15,7 @@ import (
 
 	"github.com/sandbox-mcp/sandbox-mcp/envd/envdclient"
 	"github.com/sandbox-mcp/sandbox-mcp/manage"
+	"github.com/sandbox-mcp/sandbox-mcp/manage/docker/dockertest"
 )
 
 // Create, then commands through envd; the container carries the labels and
@@ -34,7 +35,7 @@ func TestCreateRun(t *testing.T) {
 	if res := run(t, c, `echo "$FOO $(pwd)"`); stdout(res) != "bar /workspace\n" {
 		t.Fatalf("env and cwd: %q", stdout(res))
 	}
-	ci, err := engine(t).ContainerInspect(t.Context(), containerName(sb.ID))
+	ci, err := dockertest.Engine(t).ContainerInspect(t.Context(), containerName(sb.ID))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,7 +109,7 @@ func TestStopResume(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := engine(t).ContainerStop(ctx, containerName(sb.ID), container.StopOptions{}); err != nil {
+	if err := dockertest.Engine(t).ContainerStop(ctx, containerName(sb.ID), container.StopOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	info, err := p.Info(ctx, sb.ID)
@@ -134,7 +135,7 @@ func TestRemovedBehindOurBack(t *testing.T) {
 	p := newProvider(t, nil)
 	sb, _ := create(t, p, manage.SandboxConfig{Key: "k"})
 	ctx := t.Context()
-	if err := engine(t).ContainerRemove(ctx, containerName(sb.ID), container.RemoveOptions{Force: true}); err != nil {
+	if err := dockertest.Engine(t).ContainerRemove(ctx, containerName(sb.ID), container.RemoveOptions{Force: true}); err != nil {
 		t.Fatal(err)
 	}
 	info, err := p.Info(ctx, sb.ID)
@@ -163,7 +164,7 @@ func TestKill(t *testing.T) {
 	if err := p.Kill(ctx, sb.ID); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := engine(t).ContainerInspect(ctx, containerName(sb.ID)); err == nil {
+	if _, err := dockertest.Engine(t).ContainerInspect(ctx, containerName(sb.ID)); err == nil {
 		t.Fatal("the container is still there after Kill")
 	}
 	if info, err := p.Info(ctx, sb.ID); err != nil || info.State != manage.StateGone {
