@@ -22,6 +22,7 @@ import (
 // the limits asked for.
 func TestCreateRun(t *testing.T) {
 	p := newProvider(t, nil)
+	t.Logf("engine API version negotiated: %s", p.APIVersion())
 	sb, c := create(t, p, manage.SandboxConfig{Key: "stdio:k1", Named: true, Env: map[string]string{"FOO": "bar"}})
 	if sb.State != manage.StateRunning || sb.Provider != Name || sb.Workdir != "/workspace" || !validID(sb.ID) {
 		t.Fatalf("created %+v", sb)
@@ -156,11 +157,14 @@ func TestRemovedBehindOurBack(t *testing.T) {
 	}
 }
 
-// Kill removes the container and its host directory.
+// Kill removes the container, paused or not, and its host directory.
 func TestKill(t *testing.T) {
 	p := newProvider(t, nil)
 	sb, _ := create(t, p, manage.SandboxConfig{Key: "k"})
 	ctx := t.Context()
+	if err := p.Pause(ctx, sb.ID); err != nil {
+		t.Fatal(err)
+	}
 	if err := p.Kill(ctx, sb.ID); err != nil {
 		t.Fatal(err)
 	}
