@@ -21,6 +21,7 @@ func doctorCommand(fs *flag.FlagSet, g *globals) func(context.Context, []string)
 		}
 		rep := doctor.Run(ctx, doctor.Config{
 			Provider:     o.provider,
+			DockerHost:   o.dockerHost,
 			Isolation:    o.isolation,
 			StateDir:     o.stateDir,
 			ArtifactsDir: o.toolsConfig().ArtifactsDir,

@@ -15,6 +15,7 @@ import (
 
 	"github.com/sandbox-mcp/sandbox-mcp/manage"
 	"github.com/sandbox-mcp/sandbox-mcp/manage/boltstore"
+	"github.com/sandbox-mcp/sandbox-mcp/manage/docker"
 	"github.com/sandbox-mcp/sandbox-mcp/manage/local"
 	"github.com/sandbox-mcp/sandbox-mcp/server"
 	"github.com/sandbox-mcp/sandbox-mcp/tools"
@@ -59,6 +60,8 @@ type serveOptions struct {
 	memory         byteSize
 	cpus           float64
 	pids           int64
+	dockerImage    string
+	dockerHost     string
 }
 
 // registerSandboxFlags adds the flags that shape sandboxes and tools; the
@@ -67,7 +70,7 @@ func (o *serveOptions) registerSandboxFlags(fs *flag.FlagSet) {
 	def := tools.DefaultConfig()
 	o.outputLimit, o.maxPutBytes, o.maxReadBytes = byteSize(def.OutputLimit), byteSize(def.MaxPutBytes), byteSize(def.MaxReadBytes)
 	o.stageRoots = cmdline.KeyValues{}
-	fs.StringVar(&o.provider, "provider", "local", "sandbox provider: local (docker and e2b are planned)")
+	fs.StringVar(&o.provider, "provider", "local", "sandbox provider: local or docker (e2b is planned)")
 	fs.StringVar(&o.isolation, "isolation", "auto", "local isolation: auto (bwrap when it works), bwrap, or none (unisolated, loudly warned)")
 	fs.BoolVar(&o.network, "network", false, "give sandboxes network access")
 	fs.DurationVar(&o.defaultTimeout, "default-timeout", def.DefaultTimeout, "timeout of a command when the model gives no timeout_sec")
@@ -87,6 +90,8 @@ func (o *serveOptions) registerSandboxFlags(fs *flag.FlagSet) {
 	fs.Var(&o.memory, "memory", "memory limit per sandbox (0: the provider default)")
 	fs.Float64Var(&o.cpus, "cpus", 0, "CPU limit per sandbox in cores (0: the provider default)")
 	fs.Int64Var(&o.pids, "pids", 0, "process limit per sandbox (0: the provider default)")
+	fs.StringVar(&o.dockerImage, "docker-image", docker.DefaultImage, "docker: the image sandboxes run (must be on the engine: it is never pulled)")
+	fs.StringVar(&o.dockerHost, "docker-host", "", "docker: the engine's address (default: $DOCKER_HOST, else "+docker.DefaultHost+")")
 }
 
 // toolsConfig is the tools' part of the options.
@@ -109,8 +114,8 @@ func (o *serveOptions) toolsConfig() tools.Config {
 // name follows the server's rule (server.ValidWorkspaceName), the same as
 // for the Sandbox-Workspace header.
 func (o *serveOptions) check() error {
-	if o.provider != "local" {
-		return fmt.Errorf("--provider %q is not available in this version: only local is implemented (docker and e2b are planned)", o.provider)
+	if o.provider != local.Name && o.provider != docker.Name {
+		return fmt.Errorf("--provider %q is not available in this version: local and docker are implemented (e2b is planned)", o.provider)
 	}
 	switch o.isolation {
 	case "auto", "bwrap", "none":
@@ -134,9 +139,15 @@ func (o *serveOptions) check() error {
 	return nil
 }
 
+// provider is a sandbox provider the stack closes when it is done.
+type provider interface {
+	manage.Provider
+	Close(ctx context.Context) error
+}
+
 // stack is everything a serving process runs.
 type stack struct {
-	provider *local.Provider
+	provider provider
 	store    *boltstore.Store
 	manager  *manage.Manager
 	deps     *tools.Deps
@@ -181,7 +192,7 @@ func (o *serveOptions) build(ctx context.Context, log *slog.Logger, cfg server.C
 	if st.store, err = boltstore.Open(o.stateDir, boltstore.Options{Logger: log}); err != nil {
 		return nil, err
 	}
-	if st.provider, err = local.New(ctx, local.Config{StateDir: o.stateDir, Isolation: o.isolation, Logger: log}); err != nil {
+	if st.provider, err = o.newProvider(ctx, log); err != nil {
 		return nil, err
 	}
 	if st.manager, err = manage.New(o.managerOptions(st.provider, st.store, log)); err != nil {
@@ -199,11 +210,28 @@ func (o *serveOptions) build(ctx context.Context, log *slog.Logger, cfg server.C
 	if st.server, err = server.New(cfg); err != nil {
 		return nil, err
 	}
-	if st.provider.Isolation() == "none" {
+	if lp, isLocal := st.provider.(*local.Provider); isLocal && lp.Isolation() == "none" {
 		log.Warn("sandboxes run WITHOUT isolation: commands run as this user on this machine; install bubblewrap (apt-get install bubblewrap) for isolated sandboxes")
 	}
 	ok = true
 	return st, nil
+}
+
+// newProvider starts the provider --provider names (a nil interface on an
+// error, never a typed nil).
+func (o *serveOptions) newProvider(ctx context.Context, log *slog.Logger) (provider, error) {
+	if o.provider == docker.Name {
+		p, err := docker.New(ctx, docker.Config{StateDir: o.stateDir, Image: o.dockerImage, Host: o.dockerHost, Logger: log})
+		if err != nil {
+			return nil, err
+		}
+		return p, nil
+	}
+	p, err := local.New(ctx, local.Config{StateDir: o.stateDir, Isolation: o.isolation, Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	return p, nil
 }
 
 // managerOptions are the Manager's options: the sandbox template (network,

@@ -44,6 +44,7 @@ type Check struct {
 // Config is what to check.
 type Config struct {
 	Provider     string // local, docker, e2b
+	DockerHost   string // the docker engine (--docker-host); "" means DOCKER_HOST, else the default socket
 	Isolation    string // auto, bwrap, none (local)
 	StateDir     string
 	ArtifactsDir string
@@ -78,8 +79,8 @@ func Run(ctx context.Context, cfg Config) Report {
 	}
 	add(dockerCheck(ctx, cfg))
 	add(e2bCheck(ctx, cfg))
-	if cfg.Provider != "" && cfg.Provider != "local" {
-		add(Check{Name: "provider", Status: Fail, Detail: fmt.Sprintf("--provider %s is not implemented in this version; only local is", cfg.Provider), Fix: "use --provider local"})
+	if cfg.Provider != "" && cfg.Provider != "local" && cfg.Provider != "docker" {
+		add(Check{Name: "provider", Status: Fail, Detail: fmt.Sprintf("--provider %s is not implemented in this version; local and docker are", cfg.Provider), Fix: "use --provider local or --provider docker"})
 	}
 	return r
 }
@@ -192,7 +193,10 @@ func localVerdicts(cfg Config, caps local.Capabilities) []Check {
 // dockerCheck pings the Docker engine.
 func dockerCheck(ctx context.Context, cfg Config) Check {
 	c := Check{Name: "docker engine"}
-	host := os.Getenv("DOCKER_HOST")
+	host := cfg.DockerHost
+	if host == "" {
+		host = os.Getenv("DOCKER_HOST")
+	}
 	if host == "" {
 		host = "unix:///var/run/docker.sock"
 	}
