@@ -893,3 +893,16 @@ func (p *Provider) socketRefuses(ctx context.Context, path string) bool {
 	}
 	return errors.Is(err, syscall.ECONNREFUSED)
 }
+
+// entry serialises the operations on one sandbox and holds its daemon.
+type entry struct {
+	sem chan struct{} // a one-slot lock that a waiter can abandon
+	d   *daemon       // the current or last daemon; nil if none was started
+}
+
+// metadata is sandbox.json.
+type metadata struct {
+	ID        string               `json:"id"`
+	CreatedAt time.Time            `json:"created_at"`
+	Config    manage.SandboxConfig `json:"config"`
+}
