@@ -69,6 +69,7 @@ import (
 	"sync"
 	"syscall"
 
+	"connectrpc.com/connect"
 	"golang.org/x/sys/unix"
 
 	"github.com/sandbox-mcp/sandbox-mcp/manage"
@@ -445,3 +446,57 @@ func (p *Provider) Isolation() string { return p.isolation }
 
 // Capabilities returns what New found on this machine.
 func (p *Provider) Capabilities() Capabilities { return p.caps }
+
+// Close kills every daemon this provider started and waits for them (until
+// ctx ends), keeping their directories: the sandboxes become stopped, as
+// after a server restart, and another Provider may resume them. Later calls
+// that would start a daemon fail.
+func (p *Provider) Close(ctx context.Context) error {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return nil
+	}
+	p.closed = true
+	var daemons []*daemon
+	for _, e := range p.entries {
+		if e.d != nil {
+			daemons = append(daemons, e.d)
+		}
+	}
+	p.mu.Unlock()
+	var errs []error
+	for _, d := range daemons {
+		if err := p.stopDaemon(ctx, d, closedReason); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if err := awaitRelease(ctx, d); err != nil {
+			errs = append(errs, ctxError("close local provider", err))
+		}
+	}
+	done := make(chan struct{})
+	go func() { p.bg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		errs = append(errs, ctxError("close local provider", ctx.Err()))
+	}
+	return errors.Join(errs...)
+}
+
+// closedReason is the detail of a sandbox whose daemon Close stopped.
+const closedReason = "the sandbox-mcp process that ran it closed"
+
+func (p *Provider) checkOpen() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return errClosed()
+	}
+	return nil
+}
+
+func errClosed() error {
+	return connect.NewError(connect.CodeFailedPrecondition, errors.New("the local provider is closed"))
+}
