@@ -96,6 +96,25 @@ func (p *Provider) control(ctx context.Context, id string) (*control, error) {
 	return c, nil
 }
 
+// controlExisting is control for an operation on an existing sandbox: one
+// whose directory or sandbox.json is missing is NotFound. It also returns
+// the sandbox's metadata. On success the caller must call release.
+func (p *Provider) controlExisting(ctx context.Context, id string) (*control, metadata, error) {
+	c, err := p.control(ctx, id)
+	if errors.Is(err, errSandboxGone) {
+		return nil, metadata{}, notFound(id)
+	}
+	if err != nil {
+		return nil, metadata{}, err
+	}
+	meta, err := readMeta(c.dir)
+	if err != nil {
+		c.release()
+		return nil, metadata{}, notFound(id)
+	}
+	return c, meta, nil
+}
+
 // release drops the locks control took.
 func (c *control) release() {
 	if c.owner != nil {

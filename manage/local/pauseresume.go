@@ -20,17 +20,11 @@ import (
 // pauses it when idle; Resume, which only ever lets it run, works from any
 // Provider.
 func (p *Provider) Pause(ctx context.Context, id string) error {
-	c, err := p.control(ctx, id)
-	if errors.Is(err, errSandboxGone) {
-		return notFound(id)
-	}
+	c, _, err := p.controlExisting(ctx, id)
 	if err != nil {
 		return err
 	}
 	defer c.release()
-	if _, err := readMeta(c.dir); err != nil {
-		return notFound(id)
-	}
 	switch {
 	case c.foreign && c.rec.OwnerPID > 0:
 		return connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("sandbox %s is run by sandbox-mcp process %d, which may be using it: only that process pauses it", id, c.rec.OwnerPID))
@@ -70,18 +64,11 @@ func (p *Provider) Pause(ctx context.Context, id string) error {
 // runs it; a gone one is NotFound. Of several Providers resuming a stopped
 // sandbox at once, one starts it and the others find it running.
 func (p *Provider) Resume(ctx context.Context, id string) error {
-	c, err := p.control(ctx, id)
-	if errors.Is(err, errSandboxGone) {
-		return notFound(id)
-	}
+	c, meta, err := p.controlExisting(ctx, id)
 	if err != nil {
 		return err
 	}
 	defer c.release()
-	meta, err := readMeta(c.dir)
-	if err != nil {
-		return notFound(id)
-	}
 	if c.own != nil || c.foreign {
 		cg, pid := p.procs(c)
 		// A cgroup that vanished belonged to a daemon that just died: the
