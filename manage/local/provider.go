@@ -64,15 +64,12 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
-	"strconv"
-	"strings"
 	"sync"
 	"syscall"
-	"time"
 
+	"connectrpc.com/connect"
 	"golang.org/x/sys/unix"
 
 	"github.com/sandbox-mcp/sandbox-mcp/manage"
@@ -222,19 +219,6 @@ type Provider struct {
 
 var _ manage.Provider = (*Provider)(nil)
 
-// entry serialises the operations on one sandbox and holds its daemon.
-type entry struct {
-	sem chan struct{} // a one-slot lock that a waiter can abandon
-	d   *daemon       // the current or last daemon; nil if none was started
-}
-
-// metadata is sandbox.json.
-type metadata struct {
-	ID        string               `json:"id"`
-	CreatedAt time.Time            `json:"created_at"`
-	Config    manage.SandboxConfig `json:"config"`
-}
-
 // New checks the state directory, probes bwrap and cgroups, and returns a
 // provider. It fails when StateDir is not writable or when Isolation is bwrap
 // and bwrap does not work (quoting bwrap's error). Other Providers may use
@@ -359,59 +343,6 @@ func dropsPrivileges(cfg Config) bool {
 	return os.Geteuid() == 0 && cfg.HostUID >= 0 && cfg.HostGID >= 0
 }
 
-// reach is whether the unprivileged sandbox user reaches what bwrap binds.
-type reach struct {
-	// stateErr is why it cannot reach the state directory (nil: it can, or
-	// there is no unprivileged user).
-	stateErr error
-	// envd is the binary to bind: EnvdBinary, or its copy in the state
-	// directory; envdErr is why EnvdBinary itself is out of reach.
-	envd    string
-	envdErr error
-}
-
-// checkReach finds out whether the sandbox user can reach the state
-// directory and the envd binary. With install, a binary it cannot reach is
-// copied into StateDir/bin (and old copies removed); without, the copy is
-// only named. An error means the copy could not be made.
-func checkReach(cfg Config, install bool) (reach, error) {
-	r := reach{envd: cfg.EnvdBinary}
-	if !dropsPrivileges(cfg) {
-		return r, nil
-	}
-	// The state directory itself is made searchable by prepareStateDir.
-	if r.stateErr = unreachable(cfg.StateDir, cfg.HostUID, cfg.HostGID, false); r.stateErr != nil {
-		// A copy under an unreachable state directory helps nothing.
-		return r, nil
-	}
-	if cfg.embedded != nil {
-		// Installed (by New, not by Probe) where the sandbox user reaches
-		// it: in StateDir/bin, 0711, as a 0755 file.
-		return r, nil
-	}
-	if r.envdErr = unreachable(cfg.EnvdBinary, cfg.HostUID, cfg.HostGID, true); r.envdErr == nil {
-		return r, nil
-	}
-	binDir := filepath.Join(cfg.StateDir, "bin")
-	if !install {
-		path, err := copyPath(binDir, cfg.EnvdBinary)
-		if err != nil {
-			return r, fmt.Errorf("envd binary: %w", err)
-		}
-		r.envd = path
-		return r, nil
-	}
-	path, err := installCopy(binDir, cfg.EnvdBinary)
-	if err != nil {
-		return r, fmt.Errorf("install a copy of the envd binary %s in %s: %w", cfg.EnvdBinary, binDir, err)
-	}
-	// Searchable, not listable, whoever made it.
-	_ = os.Chmod(binDir, 0o711)
-	removeOldCopies(binDir, path)
-	r.envd = path
-	return r, nil
-}
-
 func (cfg Config) withDefaults() (Config, error) {
 	if cfg.StateDir == "" {
 		return cfg, errors.New("local provider: a state directory is required")
@@ -507,132 +438,6 @@ func resolveDefaults(lim manage.Limits) manage.Limits {
 	return lim
 }
 
-// prepareStateDir creates the state and sandboxes directories and checks
-// they are writable. With drop (bwrap runs as an unprivileged host user) they
-// are made searchable by that user, not listable: 0711 for sandboxes, and
-// search permission added for the state directory, which another component
-// (the workspace store) may have created 0700.
-func (p *Provider) prepareStateDir(drop bool) error {
-	for _, dir := range []string{p.stateDir, p.sandboxesDir} {
-		if err := os.MkdirAll(dir, 0o711); err != nil {
-			return fmt.Errorf("local provider: state directory %s: %w", dir, err)
-		}
-		if !drop {
-			continue
-		}
-		fi, err := os.Stat(dir)
-		if err != nil {
-			return fmt.Errorf("local provider: state directory %s: %w", dir, err)
-		}
-		want := fi.Mode().Perm() | 0o011
-		if dir == p.sandboxesDir {
-			want = 0o711
-		}
-		if fi.Mode().Perm() != want {
-			if err := os.Chmod(dir, want); err != nil {
-				return fmt.Errorf("local provider: state directory %s: %w", dir, err)
-			}
-		}
-	}
-	f, err := os.CreateTemp(p.sandboxesDir, ".probe-*")
-	if err != nil {
-		return fmt.Errorf("local provider: state directory %s is not writable: %w", p.stateDir, err)
-	}
-	_ = f.Close()
-	_ = os.Remove(f.Name())
-	return nil
-}
-
-// Probe reports what works on this machine for cfg: bwrap (run once with
-// every namespace a sandbox uses), the user it can run as, and cgroups. It
-// creates the parent cgroups (Config.CgroupName) when it can, and nothing
-// else. For doctor.
-func Probe(ctx context.Context, cfg Config) Capabilities {
-	cfg, err := cfg.withDefaults()
-	if err != nil {
-		return Capabilities{BwrapError: err.Error(), CgroupError: err.Error()}
-	}
-	sandboxes := filepath.Join(cfg.StateDir, "sandboxes")
-	for _, dir := range []string{cfg.StateDir, sandboxes} {
-		if fi, err := os.Stat(dir); err != nil || (dropsPrivileges(cfg) && !permits(fi, cfg.HostUID, cfg.HostGID, 0o1)) {
-			// Made (searchable) when a Provider starts.
-			sandboxes = ""
-		}
-	}
-	r, err := checkReach(cfg, false)
-	if err != nil {
-		r.envd = cfg.EnvdBinary
-	}
-	caps, _, _ := probe(ctx, cfg, sandboxes, r)
-	return caps
-}
-
-// probe finds bwrap, runs it, and detects cgroups. sandboxes, when not empty,
-// is bound into the probe sandbox, with the envd binary sandboxes run, to
-// check the unprivileged host user can reach them.
-func probe(ctx context.Context, cfg Config, sandboxes string, r reach) (Capabilities, *cgroups, *syscall.Credential) {
-	caps := Capabilities{SandboxUID: os.Geteuid(), SandboxGID: os.Getegid(), EnvdBinary: r.envd}
-	var cred *syscall.Credential
-	if path, err := exec.LookPath(cfg.BwrapPath); err != nil {
-		caps.BwrapError = fmt.Sprintf("%v: %v", errBwrapMissing, err)
-	} else {
-		caps.BwrapPath, _ = filepath.Abs(path)
-		caps.BwrapVersion = bwrapVersion(ctx, caps.BwrapPath)
-		var extra []string
-		if sandboxes != "" {
-			extra = []string{"--ro-bind", sandboxes, "/.probe/sandboxes"}
-		}
-		if _, err := os.Stat(r.envd); err == nil {
-			extra = append(extra, "--ro-bind", r.envd, "/.probe/envd")
-		}
-		if dropsPrivileges(cfg) {
-			if r.stateErr != nil {
-				caps.DropError = fmt.Sprintf("the sandbox user (uid %d) cannot reach the state directory %s: %v", cfg.HostUID, cfg.StateDir, r.stateErr)
-				caps.DropFix = dropFix(cfg, r.stateErr)
-			} else {
-				c := &syscall.Credential{Uid: uint32(cfg.HostUID), Gid: uint32(cfg.HostGID), Groups: []uint32{}}
-				if res := probeBwrap(ctx, caps.BwrapPath, c, extra); res.ok {
-					caps.BwrapUsable, cred = true, c
-					caps.SandboxUID, caps.SandboxGID = cfg.HostUID, cfg.HostGID
-				} else {
-					caps.DropError = res.stderr
-					caps.DropFix = fmt.Sprintf("give uid %d search permission on every directory above %s and %s (chmod o+x), or run the server as a non-root user", cfg.HostUID, cfg.StateDir, r.envd)
-				}
-			}
-		}
-		if !caps.BwrapUsable {
-			if res := probeBwrap(ctx, caps.BwrapPath, nil, extra); res.ok {
-				caps.BwrapUsable = true
-			} else {
-				caps.BwrapError = res.stderr
-			}
-		}
-	}
-	caps.UserNamespaces = caps.BwrapUsable || userNamespaces()
-
-	cg, err := detectCgroups(cfg.Cgroups, cfg.CgroupName)
-	switch {
-	case err != nil:
-		caps.CgroupError = err.Error()
-	case cg == nil:
-		caps.CgroupError = "cgroups are turned off (Cgroups: off)"
-	default:
-		caps.CgroupVersion = cg.version
-		caps.Freezer, caps.MemoryLimit, caps.PidsLimit, caps.CPULimit = cg.freezer, cg.memory, cg.pids, cg.cpu
-	}
-	return caps, cg, cred
-}
-
-// dropFix says how to let the sandbox user reach the state directory.
-func dropFix(cfg Config, err error) string {
-	fix := fmt.Sprintf("use a state directory uid %d can reach, such as /var/lib/sandbox-mcp (--state-dir)", cfg.HostUID)
-	var ue *unreachableError
-	if errors.As(err, &ue) {
-		fix += fmt.Sprintf(", or let it search %s: chmod o+x %s", ue.Path, ue.Path)
-	}
-	return fix
-}
-
 // Name returns "local".
 func (p *Provider) Name() string { return Name }
 
@@ -642,116 +447,56 @@ func (p *Provider) Isolation() string { return p.isolation }
 // Capabilities returns what New found on this machine.
 func (p *Provider) Capabilities() Capabilities { return p.caps }
 
-// reapLeftovers kills what a previous server left running in the cgroups of
-// this state directory's sandboxes (unisolated sandboxes' processes outlive
-// their envd), so that a stopped sandbox really runs nothing. Sandboxes that
-// another live Provider runs, or acts on right now, are left alone.
-func (p *Provider) reapLeftovers(ctx context.Context) error {
-	if p.cgroups == nil {
+// Close kills every daemon this provider started and waits for them (until
+// ctx ends), keeping their directories: the sandboxes become stopped, as
+// after a server restart, and another Provider may resume them. Later calls
+// that would start a daemon fail.
+func (p *Provider) Close(ctx context.Context) error {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
 		return nil
 	}
-	entries, err := os.ReadDir(p.sandboxesDir)
-	if err != nil {
-		return fmt.Errorf("local provider: state directory %s: %w", p.stateDir, err)
+	p.closed = true
+	var daemons []*daemon
+	for _, e := range p.entries {
+		if e.d != nil {
+			daemons = append(daemons, e.d)
+		}
 	}
-	for _, de := range entries {
-		id := de.Name()
-		if !validID(id) || !de.IsDir() {
+	p.mu.Unlock()
+	var errs []error
+	for _, d := range daemons {
+		if err := p.stopDaemon(ctx, d, closedReason); err != nil {
+			errs = append(errs, err)
 			continue
 		}
-		cg := p.cgroups.open(id)
-		if !cg.exists() {
-			continue
+		if err := awaitRelease(ctx, d); err != nil {
+			errs = append(errs, ctxError("close local provider", err))
 		}
-		dir := filepath.Join(p.sandboxesDir, id)
-		op, err := lockOp(ctx, dir, unix.LOCK_EX, false)
-		if err != nil {
-			continue // busy in another Provider, or killed meanwhile
-		}
-		if owner, err := takeOwnership(dir); err == nil {
-			p.log.Info("killing what a previous server left of a sandbox", "id", id, "processes", len(cg.procs()))
-			if err := cg.remove(ctx); err != nil {
-				p.log.Warn("could not remove a stale sandbox cgroup", "id", id, "error", err)
-			}
-			_ = owner.Close()
-		}
-		_ = op.Close()
+	}
+	done := make(chan struct{})
+	go func() { p.bg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		errs = append(errs, ctxError("close local provider", ctx.Err()))
+	}
+	return errors.Join(errs...)
+}
+
+// closedReason is the detail of a sandbox whose daemon Close stopped.
+const closedReason = "the sandbox-mcp process that ran it closed"
+
+func (p *Provider) checkOpen() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return errClosed()
 	}
 	return nil
 }
 
-// removeTrash deletes, in the background, what killed sandboxes left when
-// their deletion was cut short, and sandbox directories whose creation never
-// finished (a server that died in Create).
-func (p *Provider) removeTrash() {
-	p.bg.Add(1)
-	go func() {
-		defer p.bg.Done()
-		trash := filepath.Join(p.sandboxesDir, trashDir)
-		entries, _ := os.ReadDir(trash)
-		for _, de := range entries {
-			_ = os.RemoveAll(filepath.Join(trash, de.Name()))
-		}
-		entries, _ = os.ReadDir(p.sandboxesDir)
-		for _, de := range entries {
-			if !strings.HasPrefix(de.Name(), newDirPrefix) {
-				continue
-			}
-			// A creator holds op.lock from right after making the
-			// directory; the age covers the moment before.
-			dir := filepath.Join(p.sandboxesDir, de.Name())
-			if fi, err := de.Info(); err != nil || time.Since(fi.ModTime()) < staleNewDirAge {
-				continue
-			}
-			op, err := lockOp(context.Background(), dir, unix.LOCK_EX, false)
-			if err != nil {
-				continue
-			}
-			_ = os.RemoveAll(dir)
-			_ = op.Close()
-		}
-	}()
-}
-
-// closeInheritedOnce guards closeInheritedFDsOnExec.
-var closeInheritedOnce sync.Once
-
-// closeInheritedFDsOnExec marks every file descriptor above 2 that the
-// server inherited from its parent close-on-exec. Go opens its own with
-// O_CLOEXEC, but inherited ones would otherwise pass through bwrap and envd
-// into every sandbox process, and an inherited directory descriptor is a way
-// out of a mount namespace. The server itself keeps using them; only its
-// children (all of them) stop inheriting them. Done once per process.
-func closeInheritedFDsOnExec() {
-	closeInheritedOnce.Do(func() {
-		entries, err := os.ReadDir("/proc/self/fd")
-		if err != nil {
-			return
-		}
-		for _, e := range entries {
-			fd, err := strconv.Atoi(e.Name())
-			if err != nil || fd <= 2 {
-				continue
-			}
-			flags, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0)
-			if err == nil && flags&unix.FD_CLOEXEC == 0 {
-				_, _ = unix.FcntlInt(uintptr(fd), unix.F_SETFD, flags|unix.FD_CLOEXEC)
-			}
-		}
-	})
-}
-
-// hasCapability reports whether the server has capability c in effect.
-func hasCapability(c int) bool {
-	data, err := os.ReadFile("/proc/self/status")
-	if err != nil {
-		return false
-	}
-	for _, line := range strings.Split(string(data), "\n") {
-		if hex, ok := strings.CutPrefix(line, "CapEff:"); ok {
-			mask, err := strconv.ParseUint(strings.TrimSpace(hex), 16, 64)
-			return err == nil && mask&(1<<uint(c)) != 0
-		}
-	}
-	return false
+func errClosed() error {
+	return connect.NewError(connect.CodeFailedPrecondition, errors.New("the local provider is closed"))
 }

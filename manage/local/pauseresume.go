@@ -1,0 +1,108 @@
+package local
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+
+	"connectrpc.com/connect"
+)
+
+// Pause freezes every process of a running sandbox: with the cgroup freezer,
+// waiting until the kernel reports it frozen, else with SIGSTOP through its
+// process tree. Pausing a paused sandbox is a no-op; a stopped one is an
+// error (FailedPrecondition), a gone one NotFound.
+//
+// A sandbox another Provider runs is not paused (FailedPrecondition): the
+// freezer would work from here, but that Provider may be using the sandbox,
+// and its calls would hang on a frozen daemon it believes running. Its owner
+// pauses it when idle; Resume, which only ever lets it run, works from any
+// Provider.
+func (p *Provider) Pause(ctx context.Context, id string) error {
+	c, _, err := p.controlExisting(ctx, id)
+	if err != nil {
+		return err
+	}
+	defer c.release()
+	switch {
+	case c.foreign && c.rec.OwnerPID > 0:
+		return connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("sandbox %s is run by sandbox-mcp process %d, which may be using it: only that process pauses it", id, c.rec.OwnerPID))
+	case c.foreign:
+		return connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("sandbox %s is run by another sandbox-mcp process, which may be using it: only that process pauses it", id))
+	case c.own == nil:
+		return connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("sandbox %s is stopped: nothing to pause", id))
+	}
+	cg, pid := c.own.cg, c.own.pid
+	if cg.hasFreezer() {
+		if err := cg.setFrozen(ctx, true); err != nil {
+			// Leave it running rather than half frozen.
+			_ = cg.setFrozen(context.Background(), false)
+			if ctx.Err() != nil {
+				return ctxError("pause sandbox "+id, ctx.Err())
+			}
+			return connect.NewError(connect.CodeInternal, fmt.Errorf("pause sandbox %s: %w", id, err))
+		}
+		return nil
+	}
+	if pausedTree(pid) {
+		return nil
+	}
+	if err := stopTree(ctx, pid); err != nil {
+		continueTree(pid)
+		if ctx.Err() != nil {
+			return ctxError("pause sandbox "+id, err)
+		}
+		return connect.NewError(connect.CodeInternal, fmt.Errorf("pause sandbox %s: %w", id, err))
+	}
+	return nil
+}
+
+// Resume thaws a paused sandbox, or starts a new daemon for a stopped one on
+// its existing files (its processes from before are gone); this Provider
+// then runs it. Resuming a running sandbox is a no-op, whichever Provider
+// runs it; a gone one is NotFound. Of several Providers resuming a stopped
+// sandbox at once, one starts it and the others find it running.
+func (p *Provider) Resume(ctx context.Context, id string) error {
+	c, meta, err := p.controlExisting(ctx, id)
+	if err != nil {
+		return err
+	}
+	defer c.release()
+	if c.own != nil || c.foreign {
+		cg, pid := p.procs(c)
+		// A cgroup that vanished belonged to a daemon that just died: the
+		// sandbox is about to be stopped, and nothing in it is frozen.
+		if cg.hasFreezer() {
+			if err := cg.setFrozen(ctx, false); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				if ctx.Err() != nil {
+					return ctxError("resume sandbox "+id, ctx.Err())
+				}
+				return connect.NewError(connect.CodeInternal, fmt.Errorf("resume sandbox %s: %w", id, err))
+			}
+		}
+		// Also after a freezer thaw: a Provider without cgroups may have
+		// paused it with SIGSTOP.
+		if pid != 0 && pausedTree(pid) {
+			continueTree(pid)
+		}
+		return nil
+	}
+	if err := p.checkOpen(); err != nil {
+		return err
+	}
+	spec, err := p.spec(meta.Config)
+	if err != nil {
+		return err
+	}
+	if err := p.prepareSubdirs(c.dir); err != nil {
+		return connect.NewError(connect.CodeInternal, fmt.Errorf("resume sandbox %s: %w", id, err))
+	}
+	owner := c.owner
+	c.owner = nil // the daemon keeps it
+	d, err := p.startDaemon(ctx, id, c.dir, spec, owner)
+	if err != nil {
+		return err
+	}
+	return p.setDaemon(ctx, c.e, d)
+}

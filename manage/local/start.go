@@ -1,0 +1,385 @@
+package local
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"connectrpc.com/connect"
+)
+
+// sandboxSpec is what a daemon is started with, resolved from a
+// manage.SandboxConfig and the provider defaults.
+type sandboxSpec struct {
+	network bool
+	env     map[string]string
+	memory  int64
+	cpus    float64
+	pids    int64
+	nofile  uint64
+}
+
+// startDaemon starts the envd of sandbox id in dir and returns once it is
+// listening. lock is the sandbox's owner lock, held by the caller; the daemon
+// keeps it while it runs, and on error it is released before startDaemon
+// returns (unless ctx ended first: then shortly after). The caller holds the
+// sandbox's op.lock exclusively, so no other Provider acts on the sandbox
+// meanwhile.
+//
+// Nothing inside can run before its cgroup and rlimits are in place: under
+// bwrap the sandbox's first process is held on bwrap's block fd until both
+// of bwrap's processes were moved into the cgroup and the rlimits set;
+// without bwrap envd is the only process and it starts nothing before a
+// client asks, which only happens after it reported ready.
+func (p *Provider) startDaemon(ctx context.Context, id, dir string, spec sandboxSpec, lock *os.File) (_ *daemon, err error) {
+	lockHeld := true
+	defer func() {
+		if lockHeld {
+			_ = lock.Close()
+		}
+	}()
+	if err := ctx.Err(); err != nil {
+		return nil, ctxError("start sandbox "+id, err)
+	}
+	envdPath, err := p.envd.path()
+	if err != nil {
+		return nil, connect.NewError(connect.CodeInternal, fmt.Errorf("start sandbox %s: %w", id, err))
+	}
+	files, err := openStartFiles(id, dir, p.isolation == IsolationBwrap)
+	if err != nil {
+		return nil, err
+	}
+	defer files.close()
+
+	d := &daemon{
+		isolation: p.isolation, dir: dir, lock: lock, stderr: newTailBuffer(8 << 10),
+		done: make(chan struct{}), released: make(chan struct{}),
+	}
+	var cmd *exec.Cmd
+	if p.isolation == IsolationBwrap {
+		cmd = p.bwrapCommand(id, dir, envdPath, spec, files)
+	} else {
+		cmd = unisolatedCommand(dir, envdPath, spec, files)
+	}
+	cmd.Stdout = d.stderr
+	cmd.Stderr = d.stderr
+	// Bounds the wait for the output pipes once the daemon exited, should a
+	// sandbox process have inherited them.
+	cmd.WaitDelay = time.Second
+	began := time.Now()
+	if err := cmd.Start(); err != nil {
+		return nil, connect.NewError(connect.CodeInternal, fmt.Errorf("start sandbox %s: %w", id, err))
+	}
+	d.cmd, d.pid = cmd, cmd.Process.Pid
+	// The cgroup is made while bwrap builds the namespaces (nothing of the
+	// sandbox runs before it is placed in it, see above).
+	if err := p.registerDaemon(ctx, id, d, spec, began); err != nil {
+		return nil, err
+	}
+	// From here on the waiter releases the owner lock.
+	lockHeld = false
+	// The child holds its own copies now; closing ours lets EOF on the ready
+	// pipe mean "every process that could write it is gone".
+	files.closeChildEnds()
+	go d.wait()
+
+	held, err := p.confine(ctx, id, d, spec, files, began)
+	if err != nil {
+		return nil, err
+	}
+	if err := readReady(ctx, files.readyR); err != nil {
+		return nil, p.abortStart(ctx, id, d, "envd did not start", p.startFailure(ctx, d, err))
+	}
+	p.log.Debug("sandbox daemon started", "id", id, "pid", d.pid, "isolation", d.isolation,
+		"namespaces", held, "ready", time.Since(began))
+	return d, nil
+}
+
+// startFiles are the descriptors a starting daemon inherits and the
+// server's ends of its pipes: the listening control socket, the ready pipe
+// envd reports on and, under bwrap only, bwrap's --info-fd and --block-fd
+// pipes (nil without bwrap).
+type startFiles struct {
+	listener       *os.File
+	readyR, readyW *os.File
+	infoR, infoW   *os.File
+	blockR, blockW *os.File
+}
+
+// openStartFiles makes the control socket in sandbox id's directory dir and
+// the ready pipe, and with bwrap also the info and block pipes. On error
+// whatever it made is closed again.
+func openStartFiles(id, dir string, bwrap bool) (*startFiles, error) {
+	listener, err := listenControlSocket(dir)
+	if err != nil {
+		return nil, connect.NewError(connect.CodeInternal, fmt.Errorf("start sandbox %s: envd socket: %w", id, err))
+	}
+	f := &startFiles{listener: listener}
+	if f.readyR, f.readyW, err = os.Pipe(); err == nil && bwrap {
+		if f.infoR, f.infoW, err = os.Pipe(); err == nil {
+			f.blockR, f.blockW, err = os.Pipe()
+		}
+	}
+	if err != nil {
+		f.close()
+		return nil, connect.NewError(connect.CodeInternal, err)
+	}
+	return f, nil
+}
+
+// closeChildEnds closes the server's copies of the files the started daemon
+// inherited: the listener and the ends of the pipes the daemon uses. The
+// server keeps readyR, infoR and blockW.
+func (f *startFiles) closeChildEnds() {
+	for _, c := range []*os.File{f.readyW, f.listener, f.infoW, f.blockR} {
+		if c != nil {
+			_ = c.Close()
+		}
+	}
+}
+
+// close closes every file; closing one closed already does nothing.
+func (f *startFiles) close() {
+	for _, c := range []*os.File{f.readyR, f.readyW, f.listener, f.infoR, f.infoW, f.blockR, f.blockW} {
+		if c != nil {
+			_ = c.Close()
+		}
+	}
+}
+
+// bwrapCommand is the command that runs sandbox id's envd under bwrap, which
+// inherits the ready, info and block pipes and the listener (descriptors 3
+// to 6, see bwrapListenFD). With p.prlimit bwrap runs directly and
+// startDaemon sets the rlimits on the sandbox's first process; otherwise sh
+// sets them before it execs bwrap.
+func (p *Provider) bwrapCommand(id, dir, envdPath string, spec sandboxSpec, f *startFiles) *exec.Cmd {
+	var cmd *exec.Cmd
+	if p.prlimit {
+		cmd = exec.Command(p.bwrapPath, p.bwrapArgs(id, dir, envdPath, spec)...)
+	} else {
+		cmd = exec.Command("/bin/sh", rlimitArgs(spec, p.bwrapPath, p.bwrapArgs(id, dir, envdPath, spec))...)
+	}
+	cmd.ExtraFiles = []*os.File{f.readyW, f.infoW, f.blockR, f.listener}
+	cmd.Dir = "/"
+	cmd.Env = []string{}
+	// bwrap --die-with-parent ties the sandbox to this process (see
+	// the package comment on threads).
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Credential: p.cred}
+	return cmd
+}
+
+// unisolatedCommand is the command that runs the envd of the sandbox in dir
+// without isolation: sh sets the rlimits and execs envd, which inherits the
+// ready pipe and the listener (descriptors 3 and 4, see plainListenFD), runs
+// in the workspace and dies with the server (parent-death signal).
+func unisolatedCommand(dir, envdPath string, spec sandboxSpec, f *startFiles) *exec.Cmd {
+	ws := filepath.Join(dir, "workspace")
+	// Go programs restore the NOFILE soft limit they started with in
+	// every child they spawn, so a limit set on envd once it runs would
+	// not reach its children: envd must start with it.
+	cmd := exec.Command("/bin/sh", rlimitArgs(spec, envdPath, envdArgs(fmt.Sprintf("fd:%d", plainListenFD), ws, filepath.Join(dir, "tmp"), true, spec.env))...)
+	cmd.ExtraFiles = []*os.File{f.readyW, f.listener}
+	cmd.Dir = ws
+	for _, kv := range sandboxEnv(ws, filepath.Join(dir, "tmp")) {
+		cmd.Env = append(cmd.Env, kv[0]+"="+kv[1])
+	}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	return cmd
+}
+
+// registerDaemon makes the cgroup of sandbox id's just started daemon d
+// (nil without cgroups) and records the daemon (daemon.json) for other
+// Providers; began is when it was started. When the cgroup cannot be made
+// the daemon is killed and reaped, and the error returned.
+func (p *Provider) registerDaemon(ctx context.Context, id string, d *daemon, spec sandboxSpec, began time.Time) error {
+	cg, err := p.sandboxCgroup(ctx, id, spec)
+	if err != nil {
+		_ = d.cmd.Process.Kill()
+		_ = d.cmd.Wait()
+		return connect.NewError(connect.CodeInternal, fmt.Errorf("sandbox %s: %w", id, err))
+	}
+	d.cg = cg
+	d.record = daemonRecord{
+		OwnerPID: os.Getpid(), PID: d.pid, PIDStart: procStart(d.pid), Isolation: d.isolation,
+		StartedAt: began.UTC(),
+	}
+	if cg != nil {
+		d.record.CgroupDirs, d.record.Freezer, d.record.CgroupV2 = cg.dirs, cg.freezer, cg.v2
+	}
+	// Other Providers on this state directory learn from the record how to
+	// reach the daemon's processes. Written before the waiter starts, so
+	// that its record of the end always comes later.
+	if err := writeRecord(d.dir, d.record); err != nil {
+		p.log.Warn("could not record a sandbox daemon for other processes", "id", id, "error", err)
+	}
+	return nil
+}
+
+// confine puts the started daemon d of sandbox id into its cgroup. Under
+// bwrap it learns the sandbox's first process from the info pipe, moves both
+// of bwrap's processes into the cgroup, sets the rlimits with prlimit(2)
+// when p.prlimit, and then lets the sandbox start by closing the block pipe;
+// held is how long since began bwrap held it (0 without bwrap). On failure
+// the daemon is stopped and the error is abortStart's.
+func (p *Provider) confine(ctx context.Context, id string, d *daemon, spec sandboxSpec, f *startFiles, began time.Time) (held time.Duration, err error) {
+	cg := d.cg
+	if p.isolation != IsolationBwrap {
+		if cg != nil {
+			if err := cg.add(d.pid); err != nil && !processGone(err) {
+				return 0, p.abortStart(ctx, id, d, "cgroup", err)
+			}
+		}
+		return 0, nil
+	}
+	child, err := readInfo(ctx, f.infoR)
+	if err != nil {
+		return 0, p.abortStart(ctx, id, d, "bwrap did not start the sandbox", p.startFailure(ctx, d, err))
+	}
+	// A sandbox that died already is not an error here: the ready pipe
+	// reports how it died.
+	if cg != nil {
+		if err := cg.add(d.pid, child); err != nil && !processGone(err) {
+			return 0, p.abortStart(ctx, id, d, "cgroup", err)
+		}
+	}
+	if p.prlimit {
+		if err := setRlimits(child, spec); err != nil && !processGone(err) {
+			return 0, p.abortStart(ctx, id, d, "rlimits", err)
+		}
+	}
+	_ = f.blockW.Close() // EOF on the block fd lets the sandbox start
+	return time.Since(began), nil
+}
+
+// abortStart stops daemon d of sandbox id, which failed to start (what
+// failed, and err why), and waits until it let go of the owner lock. The
+// waiter finishes the cleanup should ctx end first. It returns the error
+// startDaemon reports: Unavailable, or ctx's when ctx ended.
+func (p *Provider) abortStart(ctx context.Context, id string, d *daemon, what string, err error) error {
+	if serr := p.stopDaemon(ctx, d); serr == nil {
+		select {
+		case <-d.released:
+		case <-ctx.Done():
+		}
+	}
+	if ctx.Err() != nil {
+		return ctxError("start sandbox "+id, ctx.Err())
+	}
+	return connect.NewError(connect.CodeUnavailable, fmt.Errorf("start sandbox %s: %s: %w", id, what, err))
+}
+
+// startFailure explains a daemon that went away during start: its exit
+// status and the tail of its output, once it has exited (bounded by ctx).
+func (p *Provider) startFailure(ctx context.Context, d *daemon, cause error) error {
+	if ctx.Err() != nil {
+		return cause
+	}
+	if !errors.Is(cause, io.EOF) && !errors.Is(cause, io.ErrUnexpectedEOF) {
+		return cause
+	}
+	select {
+	case <-d.done:
+	case <-ctx.Done():
+		return cause
+	}
+	tail := strings.TrimSpace(d.stderr.String())
+	if tail == "" {
+		return fmt.Errorf("exited with %s and wrote nothing", describeExit(d.exitErr, d.isolation))
+	}
+	return fmt.Errorf("exited with %s: %s", describeExit(d.exitErr, d.isolation), tail)
+}
+
+// readInfo reads bwrap's --info-fd document and returns the sandbox's first
+// process (its pid 1, in this pid namespace's numbering).
+func readInfo(ctx context.Context, r *os.File) (int, error) {
+	type result struct {
+		pid int
+		err error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		var info struct {
+			ChildPid int `json:"child-pid"`
+		}
+		// bwrap writes one JSON object; decoding it does not need EOF.
+		err := json.NewDecoder(r).Decode(&info)
+		if err == nil && info.ChildPid <= 0 {
+			err = errors.New("bwrap reported no child pid")
+		}
+		ch <- result{info.ChildPid, err}
+	}()
+	select {
+	case res := <-ch:
+		return res.pid, res.err
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
+}
+
+// readReady waits for envd's "ready <addr>" line on the ready pipe. EOF
+// before it means the daemon died at start.
+func readReady(ctx context.Context, r *os.File) error {
+	ch := make(chan error, 1)
+	go func() {
+		line, err := bufio.NewReader(r).ReadString('\n')
+		switch {
+		case strings.HasPrefix(line, "ready "):
+			ch <- nil
+		case err != nil:
+			ch <- err
+		default:
+			ch <- fmt.Errorf("unexpected line %q on the ready pipe", line)
+		}
+	}()
+	select {
+	case err := <-ch:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// sandboxCgroup makes sandbox id's cgroup (nil without cgroups). A cgroup
+// left by a previous server (its daemon died with it, but unisolated
+// processes may live on) is emptied and replaced. No other Provider runs the
+// sandbox: the caller holds its owner lock.
+func (p *Provider) sandboxCgroup(ctx context.Context, id string, spec sandboxSpec) (*cgroup, error) {
+	if p.cgroups == nil {
+		return nil, nil
+	}
+	if err := p.removeStaleCgroup(ctx, id); err != nil {
+		return nil, err
+	}
+	return p.cgroups.create(id, cgroupLimits{memoryBytes: spec.memory, cpus: spec.cpus, pids: spec.pids})
+}
+
+// removeStaleCgroup removes sandbox id's cgroup if there is one, killing
+// whatever is left in it. The caller makes sure no daemon of the sandbox runs
+// (it holds the owner lock, or the sandbox is gone).
+func (p *Provider) removeStaleCgroup(ctx context.Context, id string) error {
+	if p.cgroups == nil {
+		return nil
+	}
+	if cg := p.cgroups.open(id); cg.exists() {
+		return cg.remove(ctx)
+	}
+	return nil
+}
+
+// processGone reports whether err means the process operated on no longer
+// exists or is exiting: the kernel refuses to move an exiting task into a
+// cgroup with ENODEV, and once the daemon was reaped its waiter removes the
+// cgroup (ENOENT; nobody else does while the sandbox is locked).
+func processGone(err error) bool {
+	return errors.Is(err, syscall.ESRCH) || errors.Is(err, syscall.ENODEV) || errors.Is(err, fs.ErrNotExist)
+}
