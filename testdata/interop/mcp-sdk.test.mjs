@@ -160,11 +160,12 @@ for (const t of transports) {
       const read = await client.callTool({ name: 'read_files', arguments: { paths: ['interop/hello.txt', 'interop/blob.bin'] } })
       assert.notEqual(read.isError, true, JSON.stringify(read))
       assert.deepEqual(textJSON(read), read.structuredContent)
+      // Each file's bytes come once, in the content block content_index names.
       const [text, blob] = read.structuredContent.files
       assert.equal(text.encoding, 'text')
-      assert.equal(text.content, 'hello from the TS SDK\n')
+      assert.equal(read.content[text.content_index].text, 'hello from the TS SDK\n')
       assert.equal(blob.encoding, 'base64')
-      assert.deepEqual(Buffer.from(blob.content, 'base64'), binary)
+      assert.deepEqual(Buffer.from(read.content[blob.content_index].text, 'base64'), binary)
 
       // The files are really there for commands too.
       const cat = await client.callTool({ name: 'workspace_exec', arguments: { command: 'cat interop/hello.txt' } })
