@@ -1,6 +1,8 @@
 package tools
 
 import (
+	"encoding/binary"
+	"math/bits"
 	"strings"
 	"unicode/utf8"
 )
@@ -15,52 +17,38 @@ func AppendJSONString(dst []byte, s string) []byte {
 	if !utf8.ValidString(s) {
 		return append(appendInvalidUTF8(dst, s), '"')
 	}
-	start, i := 0, 0
-	for i < len(s) {
-		end := min(i+8, len(s))
-		if end-i == 8 && !specialWord(load64(s, i)) {
-			i = end
-			continue
+	for i := 0; i < len(s); {
+		if i+8 <= len(s) {
+			// Append the next eight bytes, then keep those before the
+			// first that may need escaping.
+			w := load64(s, i)
+			m := bytesBelow(w, 0x20) | bytesEqual(w, '"') | bytesEqual(w, '\\') | bytesEqual(w, 0xE2)
+			n := len(dst)
+			dst = binary.LittleEndian.AppendUint64(dst, w)
+			if m == 0 {
+				i += 8
+				continue
+			}
+			k := bits.TrailingZeros64(m) / 8
+			dst = dst[:n+k]
+			i += k
 		}
-		for i < end {
-			c := s[i]
-			if !mayEscape[c] {
-				i++
-				continue
-			}
-			if c == 0xE2 {
-				if i+2 < len(s) && s[i+1] == 0x80 && s[i+2]&^1 == 0xA8 {
-					// U+2028 (E2 80 A8) or U+2029 (E2 80 A9)
-					dst = append(dst, s[start:i]...)
-					dst = append(dst, `\u202`...)
-					dst = append(dst, '8'+s[i+2]&1)
-					i += 3
-					start = i
-					continue
-				}
-				i++
-				continue
-			}
-			dst = append(dst, s[start:i]...)
+		switch c := s[i]; {
+		case c == 0xE2 && i+2 < len(s) && s[i+1] == 0x80 && s[i+2]&^1 == 0xA8:
+			// U+2028 (E2 80 A8) or U+2029 (E2 80 A9)
+			dst = append(dst, `\u202`...)
+			dst = append(dst, '8'+s[i+2]&1)
+			i += 3
+		case c < 0x20 || c == '"' || c == '\\':
 			dst = appendEscape(dst, c)
 			i++
-			start = i
+		default:
+			dst = append(dst, c)
+			i++
 		}
 	}
-	dst = append(dst, s[start:]...)
 	return append(dst, '"')
 }
-
-// mayEscape marks the bytes AppendJSONString looks at in valid UTF-8: the
-// control characters, quote, backslash and 0xE2 (the lead byte of U+2028
-// and U+2029).
-var mayEscape = func() (t [256]bool) {
-	for c := range 0x20 {
-		t[c] = true
-	}
-	t['"'], t['\\'], t[0xE2] = true, true, true
-	return t
-}()
 
 // jsonStringLen is len(AppendJSONString(nil, s)), counted without writing:
 // the escaped characters are counted byte by byte with strings.Count, and
@@ -73,10 +61,9 @@ func jsonStringLen(s string) int {
 	n := len(s) + 2 + strings.Count(s, `"`) + strings.Count(s, `\`) +
 		strings.Count(s, "\n") + strings.Count(s, "\r") + strings.Count(s, "\t") +
 		3*(strings.Count(s, "\u2028")+strings.Count(s, "\u2029"))
-	const ones, highs = 0x0101010101010101, 0x8080808080808080
 	for i := 0; i < len(s); {
 		if i+8 <= len(s) {
-			if w := load64(s, i); (w-0x20*ones)&^w&highs == 0 {
+			if bytesBelow(load64(s, i), 0x20) == 0 {
 				i += 8
 				continue
 			}
@@ -147,11 +134,16 @@ func load64(s string, i int) uint64 {
 		uint64(s[i+4])<<32 | uint64(s[i+5])<<40 | uint64(s[i+6])<<48 | uint64(s[i+7])<<56
 }
 
-// specialWord reports whether one of w's bytes may need escaping in valid
-// UTF-8 text: a control character, a quote, a backslash, or 0xE2 (the lead
-// byte of U+2028 and U+2029).
-func specialWord(w uint64) bool {
-	const ones, highs = 0x0101010101010101, 0x8080808080808080
-	zeroIn := func(x uint64) uint64 { return (x - ones) &^ x & highs }
-	return ((w-0x20*ones)&^w&highs)|zeroIn(w^('"'*ones))|zeroIn(w^('\\'*ones))|zeroIn(w^(0xE2*ones)) != 0
-}
+// The word helpers look at eight bytes at once. Each mask has the high bit
+// of a byte set where the byte matches; above the lowest match a byte may be
+// marked that does not, so only the lowest set bit locates a match.
+const (
+	byteOnes  = 0x0101010101010101
+	byteHighs = 0x8080808080808080
+)
+
+// bytesBelow marks the bytes of w below n (n at most 0x80).
+func bytesBelow(w uint64, n byte) uint64 { return (w - uint64(n)*byteOnes) &^ w & byteHighs }
+
+// bytesEqual marks the bytes of w equal to c.
+func bytesEqual(w uint64, c byte) uint64 { return bytesBelow(w^(uint64(c)*byteOnes), 1) }

@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
+	"math/bits"
 	"reflect"
 	"strconv"
 	"strings"
@@ -404,8 +406,7 @@ func isKey(b []byte, end int) bool {
 // unquoteLong decodes the inside of a JSON string as encoding/json does. It
 // reports false for anything invalid, and for the inputs encoding/json
 // repairs (invalid UTF-8 and lone surrogates become U+FFFD), which are left
-// to it. Runs without a backslash or control character are skipped eight
-// bytes at a time and copied whole.
+// to it. Text between escapes is copied eight bytes at a time.
 func unquoteLong(b []byte, escaped bool) (string, bool) {
 	if !escaped {
 		if hasControl(b) || !utf8.Valid(b) {
@@ -413,52 +414,62 @@ func unquoteLong(b []byte, escaped bool) (string, bool) {
 		}
 		return string(b), true
 	}
-	buf := make([]byte, 0, len(b))
-	start, i := 0, 0
-	for i < len(b) {
-		end := min(i+8, len(b))
-		if end-i == 8 && !controlOrBackslash(le64(b[i:])) {
-			i = end
-			continue
-		}
-		for i < end {
-			c := b[i]
-			if c >= 0x20 && c != '\\' {
-				i++
+	// The decoded string is never longer than b; 8 bytes spare for the
+	// last word copied.
+	buf := make([]byte, len(b)+8)
+	w := 0
+	for i := 0; i < len(b); {
+		if i+8 <= len(b) {
+			word := binary.LittleEndian.Uint64(b[i:])
+			m := bytesBelow(word, 0x20) | bytesEqual(word, '\\')
+			binary.LittleEndian.PutUint64(buf[w:], word)
+			if m == 0 {
+				i += 8
+				w += 8
 				continue
 			}
-			if c < 0x20 || i+1 >= len(b) {
-				return "", false
-			}
-			buf = append(buf, b[start:i]...)
-			switch b[i+1] {
-			case '"', '\\', '/':
-				buf = append(buf, b[i+1])
-			case 'b':
-				buf = append(buf, '\b')
-			case 'f':
-				buf = append(buf, '\f')
-			case 'n':
-				buf = append(buf, '\n')
-			case 'r':
-				buf = append(buf, '\r')
-			case 't':
-				buf = append(buf, '\t')
-			case 'u':
-				r, n := unescapeRune(b[i:])
-				if n == 0 {
-					return "", false
-				}
-				buf = utf8.AppendRune(buf, r)
-				i += n - 2
-			default:
-				return "", false
-			}
-			i += 2
-			start = i
+			k := bits.TrailingZeros64(m) / 8
+			i += k
+			w += k
 		}
+		c := b[i]
+		if c >= 0x20 && c != '\\' {
+			buf[w] = c
+			w++
+			i++
+			continue
+		}
+		if c < 0x20 || i+1 >= len(b) {
+			return "", false
+		}
+		switch b[i+1] {
+		case '"', '\\', '/':
+			buf[w] = b[i+1]
+		case 'b':
+			buf[w] = '\b'
+		case 'f':
+			buf[w] = '\f'
+		case 'n':
+			buf[w] = '\n'
+		case 'r':
+			buf[w] = '\r'
+		case 't':
+			buf[w] = '\t'
+		case 'u':
+			r, n := unescapeRune(b[i:])
+			if n == 0 {
+				return "", false
+			}
+			w += utf8.EncodeRune(buf[w:], r)
+			i += n
+			continue
+		default:
+			return "", false
+		}
+		w++
+		i += 2
 	}
-	buf = append(buf, b[start:]...)
+	buf = buf[:w]
 	// Escapes write whole runes, so this fails exactly when a run between
 	// them is not UTF-8.
 	if !utf8.Valid(buf) {
@@ -516,8 +527,7 @@ func hex4(b []byte) (rune, bool) {
 // may not hold unescaped.
 func hasControl(b []byte) bool {
 	for len(b) >= 8 {
-		w := le64(b)
-		if (w-0x2020202020202020)&^w&0x8080808080808080 != 0 {
+		if bytesBelow(binary.LittleEndian.Uint64(b), 0x20) != 0 {
 			return true
 		}
 		b = b[8:]
@@ -528,20 +538,6 @@ func hasControl(b []byte) bool {
 		}
 	}
 	return false
-}
-
-// controlOrBackslash reports whether one of w's bytes is a control
-// character or a backslash.
-func controlOrBackslash(w uint64) bool {
-	const ones, highs = 0x0101010101010101, 0x8080808080808080
-	x := w ^ ('\\' * ones)
-	return ((w-0x20*ones)&^w|(x-ones)&^x)&highs != 0
-}
-
-func le64(b []byte) uint64 {
-	_ = b[7]
-	return uint64(b[0]) | uint64(b[1])<<8 | uint64(b[2])<<16 | uint64(b[3])<<24 |
-		uint64(b[4])<<32 | uint64(b[5])<<40 | uint64(b[6])<<48 | uint64(b[7])<<56
 }
 
 // longString returns the long string a placeholder stands for.
