@@ -59,8 +59,10 @@ func jsonStringLen(s string) int {
 		return len(appendInvalidUTF8(nil, s)) + 2
 	}
 	n := len(s) + 2 + strings.Count(s, `"`) + strings.Count(s, `\`) +
-		strings.Count(s, "\n") + strings.Count(s, "\r") + strings.Count(s, "\t") +
-		3*(strings.Count(s, "\u2028")+strings.Count(s, "\u2029"))
+		strings.Count(s, "\n") + strings.Count(s, "\r") + strings.Count(s, "\t")
+	if strings.IndexByte(s, 0xE2) >= 0 {
+		n += 3 * (strings.Count(s, "\u2028") + strings.Count(s, "\u2029"))
+	}
 	for i := 0; i < len(s); {
 		if i+8 <= len(s) {
 			if bytesBelow(load64(s, i), 0x20) == 0 {

@@ -100,23 +100,35 @@ func runReadFilesFitted(ctx context.Context, c *Call, in *readFilesInput) (*read
 
 // readResponseSize is a bound on the bytes out's response takes on the
 // wire: the contents JSON-escaped, the metadata twice (structuredContent and
-// the text block, escaped once more), the notices, and the envelope.
+// the text block, escaped once more), the notices, and the envelope. While
+// six times the contents (the most escaping can make of them) fits the
+// limit, that is the bound, and the contents are not looked at.
 func (c *Call) readResponseSize(out *readFilesOutput) int64 {
 	// The envelope, _meta, the notices' block; content_index (set later).
 	n := 1024 + 48*int64(len(out.Files))
-	for _, f := range out.Files {
-		switch {
-		case f.imageData != "":
-			n += int64(len(f.imageData)+len(f.MimeType)) + 64
-		case f.Content != "":
-			n += int64(jsonStringLen(f.Content)) + 32
-		}
-	}
 	if meta, err := json.Marshal(out); err == nil {
 		n += int64(len(meta)) + int64(jsonStringLen(string(meta)))
 	}
+	// The notices come three times: their block, and the JSON twice.
 	for _, s := range c.notices {
-		n += int64(jsonStringLen(s)) + 8
+		n += 3 * (int64(jsonStringLen(s)) + 16)
+	}
+	var text int64
+	for _, f := range out.Files {
+		text += int64(len(f.Content)) + 32
+		if f.imageData != "" {
+			n += int64(len(f.imageData)+len(f.MimeType)) + 64
+		}
+	}
+	// Escaping at most sextuples text: count it only when that could
+	// matter.
+	if n+6*text <= c.messageLimit {
+		return n + 6*text
+	}
+	for _, f := range out.Files {
+		if f.Content != "" {
+			n += int64(jsonStringLen(f.Content)) + 32
+		}
 	}
 	return n
 }
