@@ -139,19 +139,17 @@ type Config struct {
 // Server is sandbox-mcp's MCP server. Build it with New; serve it with
 // ServeStdio or ServeHTTP (or mount Handler). It is safe for concurrent use.
 type Server struct {
-	cfg     Config
-	log     *slog.Logger
-	manager *manage.Manager
-	mcp     *server.MCPServer
-	stdioWS tools.Workspace
-	toolSet map[string]bool
-	// splitTools are the tools whose calls the transports split
-	// (tools.SplitToolCall).
-	splitTools map[string]bool
-	metrics    *metrics
-	sessions   *sessionRegistry
-	tokens     []tokenEntry
-	origins    originPolicy
+	cfg      Config
+	log      *slog.Logger
+	manager  *manage.Manager
+	mcp      *server.MCPServer
+	stdioWS  tools.Workspace
+	toolSet  map[string]bool
+	splits   map[string]bool // the tools whose calls are split (tools.SplitToolCall)
+	metrics  *metrics
+	sessions *sessionRegistry
+	tokens   []tokenEntry
+	origins  originPolicy
 
 	httpMu     sync.Mutex // guards streamable and handler, built on first use
 	streamable *server.StreamableHTTPServer
@@ -217,19 +215,19 @@ func New(cfg Config) (*Server, error) {
 		ws = tools.Workspace{Key: "stdio:anon:" + randomID()}
 	}
 	s := &Server{
-		cfg:        cfg,
-		log:        cfg.Logger,
-		manager:    cfg.Deps.Manager,
-		stdioWS:    ws,
-		toolSet:    map[string]bool{},
-		splitTools: map[string]bool{},
-		tokens:     tokens,
-		origins:    origins,
+		cfg:     cfg,
+		log:     cfg.Logger,
+		manager: cfg.Deps.Manager,
+		stdioWS: ws,
+		toolSet: map[string]bool{},
+		splits:  map[string]bool{},
+		tokens:  tokens,
+		origins: origins,
 	}
 	for _, t := range cfg.Tools {
 		s.toolSet[t.Def.Name] = true
 		if t.SplitArguments {
-			s.splitTools[t.Def.Name] = true
+			s.splits[t.Def.Name] = true
 		}
 	}
 	s.metrics = newMetrics(s.toolSet)
@@ -266,7 +264,7 @@ func New(cfg Config) (*Server, error) {
 
 // splitsArguments reports whether calls of tool name have their arguments
 // split off the message before mcp-go parses it.
-func (s *Server) splitsArguments(name string) bool { return s.splitTools[name] }
+func (s *Server) splitsArguments(name string) bool { return s.splits[name] }
 
 // MCP returns the underlying mcp-go server (for in-process clients such as
 // `sandbox-mcp call`; their calls act on Config.Workspace).
