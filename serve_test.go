@@ -127,8 +127,11 @@ func exerciseTools(t *testing.T, c *mcpclient.Client) {
 	}
 	ok("put_files", map[string]any{"files": []any{map[string]any{"path": "src/a.txt", "content": "alpha\n"}}})
 	fail("put_files", map[string]any{"files": []any{map[string]any{"path": "../escape", "content": "x"}}}, "leaves the workspace")
-	if got := ok("read_files", map[string]any{"paths": []any{"src/a.txt"}}); !strings.Contains(fmt.Sprint(got["files"]), "alpha") {
-		t.Fatalf("read_files: %v", got)
+	// The file's text comes in a content block of its own, which the entry
+	// names.
+	if res := callTool(t, ctx, c, "read_files", map[string]any{"paths": []any{"src/a.txt"}}); res.IsError || len(res.Content) != 2 ||
+		!strings.Contains(fmt.Sprint(structured(res)["files"]), "content_index:1") || res.Content[1].(mcp.TextContent).Text != "alpha\n" {
+		t.Fatalf("read_files: %s", textOf(res))
 	}
 	fail("read_files", map[string]any{"paths": []any{"/etc/passwd"}}, "outside the workspace")
 	if got := ok("list_files", map[string]any{"path": "src"}); !strings.Contains(fmt.Sprint(got["entries"]), "a.txt") {

@@ -65,6 +65,7 @@ type envOptions struct {
 	workspace       tools.Workspace
 	toolsConfig     tools.Config
 	noHTTP          bool
+	maxStdioMessage int64
 }
 
 func testLogger() *slog.Logger {
@@ -89,7 +90,7 @@ func newEnv(t testing.TB, opts envOptions) *testEnv {
 		t.Fatal(err)
 	}
 	blocks := newBlockTool()
-	ts = append(ts, whoamiTool(m), progressTool(), panicTool(), blocks.tool())
+	ts = append(ts, whoamiTool(m), progressTool(), panicTool(), blocks.tool(), splitProbeTool(), bigTextTool())
 	cfg := Config{
 		Name: "sandbox-mcp-test", Version: "0",
 		Deps: deps, Tools: ts, Logger: log,
@@ -99,6 +100,8 @@ func newEnv(t testing.TB, opts envOptions) *testEnv {
 		MaxBodyBytes:    opts.maxBody,
 		SessionIdleTTL:  opts.idleTTL,
 		ShutdownTimeout: opts.shutdownTimeout,
+
+		MaxStdioMessageBytes: opts.maxStdioMessage,
 	}
 	rt := http.DefaultTransport.(*http.Transport).Clone()
 	scheme := "http"

@@ -402,13 +402,13 @@ func TestPrincipalsIsolated(t *testing.T) {
 	alice.ok(t, "put_files", map[string]any{"files": []map[string]any{{"path": "secret.txt", "content": "alice-secret"}}}, nil)
 	var read struct {
 		Files []struct {
-			Content string `json:"content"`
-			Error   string `json:"error"`
+			ContentIndex int    `json:"content_index"`
+			Error        string `json:"error"`
 		} `json:"files"`
 	}
-	alice.ok(t, "read_files", map[string]any{"paths": []string{"secret.txt"}}, &read)
-	if len(read.Files) != 1 || read.Files[0].Content != "alice-secret" {
-		t.Fatalf("alice reads her file: %+v", read)
+	got := alice.ok(t, "read_files", map[string]any{"paths": []string{"secret.txt"}}, &read)
+	if len(read.Files) != 1 || read.Files[0].ContentIndex != 1 || len(got.Content) != 2 || got.Content[1].(mcp.TextContent).Text != "alice-secret" {
+		t.Fatalf("alice reads her file: %+v %s", read, resultText(got))
 	}
 	res := bob.call(t, "read_files", map[string]any{"paths": []string{"secret.txt"}})
 	if strings.Contains(resultText(res), "alice-secret") {

@@ -76,6 +76,12 @@ const (
 	// DefaultShutdownTimeout is how long in-flight calls get on shutdown by
 	// default before they are cancelled.
 	DefaultShutdownTimeout = 15 * time.Second
+	// DefaultMaxStdioMessageBytes is the default limit of a stdio message:
+	// the official MCP TypeScript SDK's stdio client ends the session when
+	// its read buffer (10 MiB by default) would exceed 10 MiB, which holds
+	// the message and what follows it in the same read; 256 KiB less
+	// leaves room for that.
+	DefaultMaxStdioMessageBytes = 10<<20 - 256<<10
 	// endSessionTimeout bounds applying the end-of-session policy to one
 	// workspace (the Manager bounds each provider call on its own as well).
 	endSessionTimeout = 2 * time.Minute
@@ -123,6 +129,11 @@ type Config struct {
 	// context ends, before they are cancelled. Default
 	// DefaultShutdownTimeout.
 	ShutdownTimeout time.Duration
+	// MaxStdioMessageBytes is the most bytes one tool result may take as a
+	// stdio message: read_files returns less than its read cap when the
+	// cap would not fit. Default DefaultMaxStdioMessageBytes; negative
+	// means no limit.
+	MaxStdioMessageBytes int64
 }
 
 // Server is sandbox-mcp's MCP server. Build it with New; serve it with
@@ -134,6 +145,7 @@ type Server struct {
 	mcp      *server.MCPServer
 	stdioWS  tools.Workspace
 	toolSet  map[string]bool
+	splits   map[string]bool // the tools whose calls are split (tools.SplitToolCall)
 	metrics  *metrics
 	sessions *sessionRegistry
 	tokens   []tokenEntry
@@ -149,8 +161,9 @@ type Server struct {
 }
 
 // New builds the Server: the MCP server with tool capabilities, logging,
-// instructions, input and output schema validation, panic recovery, metrics
-// hooks and the workspace-binding tool middleware, and the tools registered.
+// instructions, panic recovery, metrics hooks and the workspace-binding tool
+// middleware, and the tools registered (which validate their own arguments
+// and outputs).
 func New(cfg Config) (*Server, error) {
 	if cfg.Deps == nil || cfg.Deps.Manager == nil {
 		return nil, errors.New("server: Config.Deps with a Manager is required")
@@ -172,6 +185,12 @@ func New(cfg Config) (*Server, error) {
 	}
 	if cfg.ShutdownTimeout <= 0 {
 		cfg.ShutdownTimeout = DefaultShutdownTimeout
+	}
+	switch {
+	case cfg.MaxStdioMessageBytes == 0:
+		cfg.MaxStdioMessageBytes = DefaultMaxStdioMessageBytes
+	case cfg.MaxStdioMessageBytes < 0:
+		cfg.MaxStdioMessageBytes = 0
 	}
 	if cfg.Tools == nil {
 		ts, err := tools.Selected(cfg.Deps)
@@ -201,11 +220,15 @@ func New(cfg Config) (*Server, error) {
 		manager: cfg.Deps.Manager,
 		stdioWS: ws,
 		toolSet: map[string]bool{},
+		splits:  map[string]bool{},
 		tokens:  tokens,
 		origins: origins,
 	}
 	for _, t := range cfg.Tools {
 		s.toolSet[t.Def.Name] = true
+		if t.SplitArguments {
+			s.splits[t.Def.Name] = true
+		}
 	}
 	s.metrics = newMetrics(s.toolSet)
 	s.sessions = newSessionRegistry(s.manager, cfg.Deps, s.log, cfg.SessionIdleTTL)
@@ -222,8 +245,10 @@ func New(cfg Config) (*Server, error) {
 		// No WithInputSchemaValidation: the tools validate their own
 		// arguments against the same schemas, with messages that name the
 		// field ("invalid argument timeout_sec: got number, want integer")
-		// where mcp-go's read like "/timeout_sec: &{Got:number …}".
-		server.WithOutputSchemaValidation(),
+		// where mcp-go's read like "/timeout_sec: &{Got:number …}". No
+		// WithOutputSchemaValidation either: it decodes every result's
+		// structuredContent again; the tools check their outputs
+		// themselves (see tools' result).
 		server.WithHooks(hooks),
 		// mcp-go logs every request and tool call at info; that is debug
 		// detail for sandbox-mcp (per-call numbers are in /metrics).
@@ -236,6 +261,10 @@ func New(cfg Config) (*Server, error) {
 	tools.Register(s.mcp, cfg.Tools)
 	return s, nil
 }
+
+// splitsArguments reports whether calls of tool name have their arguments
+// split off the message before mcp-go parses it.
+func (s *Server) splitsArguments(name string) bool { return s.splits[name] }
 
 // MCP returns the underlying mcp-go server (for in-process clients such as
 // `sandbox-mcp call`; their calls act on Config.Workspace).

@@ -4,15 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
-	"log/slog"
-
-	"github.com/mark3labs/mcp-go/server"
 )
-
-// stdioWorkers is how many tool calls a stdio session runs at once (mcp-go's
-// default is 5, too few for an agent that starts background work and then
-// reads its output).
-const stdioWorkers = 16
 
 // ServeStdio serves one MCP session over in and out (newline-delimited
 // JSON-RPC) until in reaches EOF or ctx ends, then applies the
@@ -21,18 +13,17 @@ const stdioWorkers = 16
 // written to out; logs go to the Server's logger. Calls still running when
 // it returns are cancelled. It returns nil after EOF or ctx's end.
 //
-// mcp-go keeps the stdio session in a package variable: run at most one
-// ServeStdio per process at a time. Shutting the Manager down stays with the
-// caller.
+// Each tool result is kept within Config.MaxStdioMessageBytes (read_files
+// returns less; any other result that would not fit is replaced by an
+// isError result saying so). Run at most one ServeStdio per Server at a
+// time (the session registers as "stdio"). Shutting the Manager down stays
+// with the caller.
 func (s *Server) ServeStdio(ctx context.Context, in io.Reader, out io.Writer) error {
-	ss := server.NewStdioServer(s.mcp)
-	ss.SetErrorLogger(slog.NewLogLogger(s.log.Handler(), slog.LevelError))
-	server.WithWorkerPoolSize(stdioWorkers)(ss)
 	s.log.Info("serving MCP over stdio", "workspace", s.stdioWS.Key, "named", s.stdioWS.Named)
-	// The calls' contexts derive from Listen's: the counter there makes
+	// The calls' contexts derive from this one: the counter there makes
 	// bindWorkspace flush each call's notifications before its result.
 	counter := newNotifyCounter()
-	err := ss.Listen(context.WithValue(ctx, notifyCounterKey{}, counter), in, stdioCounter{w: out, counter: counter})
+	err := s.serveStdioConn(context.WithValue(ctx, notifyCounterKey{}, counter), in, stdioCounter{w: out, counter: counter})
 	if ctx.Err() != nil && (err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) {
 		err = nil
 	}

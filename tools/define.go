@@ -53,8 +53,10 @@ type spec[In, Out any] struct {
 	// and the manage and envd errors become isError results the model can
 	// act on; anything else is logged and summarised.
 	run func(ctx context.Context, c *Call, in *In) (*Out, error)
-	// content optionally adds content blocks after the JSON (images).
-	content func(out *Out) []mcp.Content
+	// content optionally adds content blocks after the JSON (file contents,
+	// images); first is the index the first of them will have in the
+	// result's content, for the output to point at them.
+	content func(out *Out, first int) []mcp.Content
 }
 
 // reflector builds the schemas: inline (no $defs), closed objects, and
@@ -118,32 +120,48 @@ func define[In, Out any](d *Deps, s spec[In, Out]) Tool {
 		IdempotentHint:  mcp.ToBoolPtr(s.annotations.Idempotent),
 		OpenWorldHint:   mcp.ToBoolPtr(s.annotations.OpenWorld),
 	}
-	validate := compileValidator(s.name, tool.RawInputSchema)
+	input := compileSchema(s.name, "input", tool.RawInputSchema)
+	output := compileSchema(s.name, "output", tool.RawOutputSchema)
 	handler := func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-		c := &Call{ctx: ctx, d: d, req: req, ws: WorkspaceFrom(ctx), tool: s.name}
+		c := &Call{ctx: ctx, d: d, req: req, ws: WorkspaceFrom(ctx), tool: s.name, messageLimit: messageLimitFrom(ctx)}
 		defer c.release()
-		raw, err := argsJSON(req.Params.Arguments)
-		if err != nil {
-			return c.errorResult(err), nil
-		}
-		if err := validate(raw); err != nil {
-			return c.errorResult(err), nil
-		}
 		in := new(In)
-		if err := decodeArgs(raw, in); err != nil {
+		if err := decodeInput(ctx, req, input, in); err != nil {
 			return c.errorResult(err), nil
 		}
 		out, err := s.run(ctx, c, in)
 		if err != nil {
 			return c.errorResult(err), nil
 		}
-		var extra []mcp.Content
+		var blocks func(first int) []mcp.Content
 		if s.content != nil {
-			extra = s.content(out)
+			blocks = func(first int) []mcp.Content { return s.content(out, first) }
 		}
-		return c.result(out, extra), nil
+		return c.result(out, blocks, output), nil
 	}
-	return Tool{Toolset: s.toolset, Def: tool, Handler: handler}
+	return Tool{Toolset: s.toolset, Def: tool, Handler: handler, SplitArguments: true}
+}
+
+// decodeInput decodes and validates the call's arguments into in: from the
+// split arguments the transport put in ctx (WithArguments) when there are
+// any, else from the request.
+func decodeInput(ctx context.Context, req mcp.CallToolRequest, schema *schemaCheck, in any) error {
+	if a := argumentsFrom(ctx, req.Params.Name); a != nil {
+		return a.decode(schema, in)
+	}
+	raw, err := argsJSON(req.Params.Arguments)
+	if err != nil {
+		return err
+	}
+	return decodeRaw(raw, schema, in)
+}
+
+// decodeRaw validates raw, the arguments as JSON, and decodes it into in.
+func decodeRaw(raw []byte, schema *schemaCheck, in any) error {
+	if err := schema.checkJSON(raw); err != nil {
+		return err
+	}
+	return decodeArgs(raw, in)
 }
 
 // InputError is a bad argument: the model should fix the call.
@@ -163,36 +181,50 @@ func inputErr(field, format string, args ...any) error {
 	return &InputError{Field: field, Msg: fmt.Sprintf(format, args...)}
 }
 
-// compileValidator compiles a tool's input schema once and returns a check
-// whose errors name each failing argument in words a model can act on
-// ("invalid argument timeout_sec: got number, want integer"). A schema that
-// does not compile is a programming error caught at startup.
-func compileValidator(name string, schema json.RawMessage) func(raw []byte) error {
+// schemaCheck is a tool's compiled input or output schema. Its errors name
+// each failing argument in words a model can act on ("invalid argument
+// timeout_sec: got number, want integer").
+type schemaCheck struct {
+	schema *validator.Schema
+}
+
+// compileSchema compiles one of a tool's schemas (which is "input" or
+// "output"). A schema that does not compile is a programming error caught at
+// startup.
+func compileSchema(name, which string, schema json.RawMessage) *schemaCheck {
 	doc, err := validator.UnmarshalJSON(bytes.NewReader(schema))
 	if err != nil {
-		panic(fmt.Sprintf("tools: %s input schema: %v", name, err))
+		panic(fmt.Sprintf("tools: %s %s schema: %v", name, which, err))
 	}
 	c := validator.NewCompiler()
-	url := "sandbox-mcp:/tools/" + name + "/input"
+	url := "sandbox-mcp:/tools/" + name + "/" + which
 	if err := c.AddResource(url, doc); err != nil {
-		panic(fmt.Sprintf("tools: %s input schema: %v", name, err))
+		panic(fmt.Sprintf("tools: %s %s schema: %v", name, which, err))
 	}
 	compiled, err := c.Compile(url)
 	if err != nil {
-		panic(fmt.Sprintf("tools: %s input schema: %v", name, err))
+		panic(fmt.Sprintf("tools: %s %s schema: %v", name, which, err))
 	}
-	return func(raw []byte) error {
-		inst, err := validator.UnmarshalJSON(bytes.NewReader(raw))
-		if err != nil {
-			return &InputError{Msg: "arguments are not JSON: " + err.Error()}
-		}
-		err = compiled.Validate(inst)
-		var ve *validator.ValidationError
-		if err == nil || !errors.As(err, &ve) {
-			return err
-		}
-		return validationInputError(ve)
+	return &schemaCheck{schema: compiled}
+}
+
+// checkJSON validates a JSON document.
+func (s *schemaCheck) checkJSON(raw []byte) error {
+	inst, err := validator.UnmarshalJSON(bytes.NewReader(raw))
+	if err != nil {
+		return &InputError{Msg: "arguments are not JSON: " + err.Error()}
 	}
+	return s.check(inst)
+}
+
+// check validates a document decoded by validator.UnmarshalJSON.
+func (s *schemaCheck) check(inst any) error {
+	err := s.schema.Validate(inst)
+	var ve *validator.ValidationError
+	if err == nil || !errors.As(err, &ve) {
+		return err
+	}
+	return validationInputError(ve)
 }
 
 var englishPrinter = message.NewPrinter(language.English)
@@ -349,6 +381,11 @@ type Call struct {
 	tool    string
 	lease   *manage.Lease
 	notices []string
+	// messageLimit is the most bytes the call's whole response may take on
+	// the wire (0: no limit; see WithMessageLimit).
+	messageLimit int64
+	// readLimit lowers read_files' read cap to fit messageLimit (0: not).
+	readLimit int64
 }
 
 // Notice adds a sentence the agent must see.
@@ -390,16 +427,38 @@ func (c *Call) release() {
 	}
 }
 
+// outputCheckBytes is the largest output JSON checked against the tool's
+// output schema on every call. Larger ones (rare once file contents travel
+// in their own content blocks) are not: decoding them again would cost more
+// than the call. The tools' tests check every output whatever its size.
+var outputCheckBytes = 64 << 10
+
 // result renders a successful output: notices first (text), then the JSON
-// (text), then extra content; structuredContent is the same JSON.
-func (c *Call) result(out any, extra []mcp.Content) *mcp.CallToolResult {
+// (text), then the blocks (for example file contents); structuredContent is
+// the same JSON. An output that does not match the tool's output schema is a
+// bug: it is logged and the call fails.
+func (c *Call) result(out any, blocks func(first int) []mcp.Content, schema *schemaCheck) *mcp.CallToolResult {
 	if ns, ok := out.(noticeSetter); ok && len(c.notices) > 0 {
 		ns.setNotices(c.notices)
+	}
+	first := 1
+	if len(c.notices) > 0 {
+		first = 2
+	}
+	var extra []mcp.Content
+	if blocks != nil {
+		extra = blocks(first)
 	}
 	raw, err := json.Marshal(out)
 	if err != nil {
 		c.d.Logger.Error("tool output does not marshal", "tool", c.tool, "err", err)
 		return mcp.NewToolResultError("internal error: the result could not be encoded (logged on the server)")
+	}
+	if len(raw) <= outputCheckBytes {
+		if err := schema.checkJSON(raw); err != nil {
+			c.d.Logger.Error("tool output does not match its schema", "tool", c.tool, "err", err, "output", string(raw))
+			return mcp.NewToolResultError("internal error: the result does not match the tool's output schema (logged on the server)")
+		}
 	}
 	content := make([]mcp.Content, 0, 2+len(extra))
 	if len(c.notices) > 0 {

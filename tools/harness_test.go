@@ -156,6 +156,9 @@ func decodeStructured(t testing.TB, res *mcp.CallToolResult, out any) {
 	if err := json.Unmarshal(raw, out); err != nil {
 		t.Fatalf("structured content %s: %v", raw, err)
 	}
+	if f, ok := out.(interface{ fillContent(*mcp.CallToolResult) }); ok {
+		f.fillContent(res)
+	}
 }
 
 // waitFor polls cond until it holds or the deadline passes. It is for

@@ -7,7 +7,6 @@ import (
 	"strings"
 
 	"github.com/invopop/jsonschema"
-	"github.com/mark3labs/mcp-go/mcp"
 )
 
 // maxReadPaths bounds the paths of one read_files call.
@@ -35,8 +34,9 @@ type readFilesOutput struct {
 
 type readFileEntry struct {
 	Path        string `json:"path" jsonschema_description:"The path as read, relative to the workspace."`
-	Content     string `json:"content" jsonschema_description:"The bytes read: text, or base64 when encoding is base64. Empty for images (sent as image content after this JSON) and errors."`
-	Encoding    string `json:"encoding,omitempty" jsonschema:"enum=text,enum=base64,enum=image" jsonschema_description:"How content is encoded: text, base64, or image (the image follows as image content)."`
+	Content     string `json:"-"` // sent once, in the content block at ContentIdx
+	ContentIdx  int    `json:"content_index,omitempty" jsonschema:"minimum=1" jsonschema_description:"Index in the result's content array of the block that holds the bytes read: a text block (text, or base64 when encoding is base64) or an image block. Absent when nothing was read (an error, an empty file or range)."`
+	Encoding    string `json:"encoding,omitempty" jsonschema:"enum=text,enum=base64,enum=image" jsonschema_description:"How the content block at content_index holds the bytes: text, base64 (a text block of base64), or image (an image block)."`
 	MimeType    string `json:"mime_type,omitempty" jsonschema_description:"The image type, for encoding image."`
 	Size        int64  `json:"size" jsonschema_description:"Size of the whole file in bytes."`
 	Offset      int64  `json:"offset" jsonschema_description:"Byte offset where the returned content starts."`
@@ -60,26 +60,15 @@ func ReadFiles(d *Deps) Tool {
 		name:  "read_files",
 		title: "Read files",
 		description: fmt.Sprintf("Read one or more workspace files: text as text, binary as base64, and PNG/JPEG/GIF/WebP images as images. "+
+			"Each file's bytes come once, in a content block of their own after the JSON, which names it by content_index. "+
 			"Read by bytes (offset, limit) or by lines (start_line, max_lines); each truncated file gives next_offset (and next_line) to continue. "+
 			"At most %d bytes per call across all files; files past that are returned empty with truncated set. "+
 			"A path that cannot be read gets an error entry while the others are still returned. To see what exists, use list_files.", d.Config.MaxReadBytes),
 		toolset:     ToolsetFiles,
 		annotations: Annotations{ReadOnly: true, Destructive: false, Idempotent: true, OpenWorld: false},
-		run:         runReadFiles,
-		content:     readFilesImages,
+		run:         runReadFilesFitted,
+		content:     readFilesContent,
 	})
-}
-
-// readFilesImages sends the images read as image content, in order; the
-// structured entries carry only their metadata.
-func readFilesImages(out *readFilesOutput) []mcp.Content {
-	var extra []mcp.Content
-	for _, f := range out.Files {
-		if f.imageData != "" {
-			extra = append(extra, mcp.NewImageContent(f.imageData, f.MimeType))
-		}
-	}
-	return extra
 }
 
 func runReadFiles(ctx context.Context, c *Call, in *readFilesInput) (*readFilesOutput, error) {
@@ -88,9 +77,10 @@ func runReadFiles(ctx context.Context, c *Call, in *readFilesInput) (*readFilesO
 	if in.Offset > 0 && (in.StartLine > 0 || in.MaxLines > 0) {
 		return nil, inputErr("offset", "give either offset (bytes) or start_line/max_lines (lines), not both")
 	}
+	readCap := c.readCap()
 	fr := &fileReader{
-		c: c, encoding: in.Encoding, offset: in.Offset, limit: cfg.MaxReadBytes,
-		budget: cfg.MaxReadBytes, callCap: cfg.MaxReadBytes,
+		c: c, encoding: in.Encoding, offset: in.Offset, limit: readCap,
+		budget: readCap, callCap: readCap,
 		lineMode: in.StartLine > 0 || in.MaxLines > 0, startLine: max(in.StartLine, 1), maxLines: in.MaxLines,
 	}
 	if fr.encoding == "" {
@@ -100,7 +90,7 @@ func runReadFiles(ctx context.Context, c *Call, in *readFilesInput) (*readFilesO
 		if in.Limit > cfg.MaxReadBytes {
 			c.Notice("limit %d was lowered to the server's read cap of %d bytes.", in.Limit, cfg.MaxReadBytes)
 		}
-		fr.limit = min(in.Limit, cfg.MaxReadBytes)
+		fr.limit = min(in.Limit, readCap)
 	}
 	lease, err := c.Sandbox(ctx)
 	if err != nil {

@@ -50,6 +50,11 @@ type Tool struct {
 	Toolset string
 	Def     mcp.Tool
 	Handler server.ToolHandlerFunc
+	// SplitArguments says the handler takes its arguments from the call's
+	// context when the transport split them off the message (SplitToolCall,
+	// WithArguments), as every tool of this package does; only such tools'
+	// calls are split.
+	SplitArguments bool
 }
 
 // ReadOnly reports whether the tool changes nothing.

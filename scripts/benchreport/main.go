@@ -233,7 +233,8 @@ func rows() []row {
 		{what: "workspace_exec `true`, built binary over stdio (bwrap sandbox), p50", m: m("main.BenchmarkStdioBinaryExecTrue", "p50-µs"), base: p("envd/envdclient.BenchmarkExecTrue", "p50-µs"), baseWhat: "os/exec `true`"},
 		{what: "workspace_exec `true`, built binary over stdio, p99", m: m("main.BenchmarkStdioBinaryExecTrue", "p99-µs"), base: p("envd/envdclient.BenchmarkExecTrue", "p99-µs"), baseWhat: "os/exec `true`, p99"},
 		{what: "workspace_exec argv `true`, in-process MCP client (tools layer), mean", m: m("tools.BenchmarkWorkspaceExecTrue/argv", "ns/op"), base: p("tools.BenchmarkEnvdRunTrue", "ns/op"), baseWhat: "envd client `Run` alone, same kind of sandbox, mean", goal: "ratio ≤ 1.5"},
-		{what: "workspace_exec command `true` (bash -lc), in-process MCP client, mean", m: m("tools.BenchmarkWorkspaceExecTrue/command", "ns/op"), base: p("tools.BenchmarkEnvdRunTrue", "ns/op"), baseWhat: "envd client `Run` alone, mean"},
+		{what: "workspace_exec command `true` (bash -c, login environment captured once), in-process MCP client, mean", m: m("tools.BenchmarkWorkspaceExecTrue/command", "ns/op"), base: p("tools.BenchmarkWorkspaceExecTrue/argv", "ns/op"), baseWhat: "the same with argv `true`", goal: "ratio ≤ 1.3"},
+		{what: "workspace_exec command `true` with login: true (bash -lc), in-process MCP client, mean", m: m("tools.BenchmarkWorkspaceExecTrue/login", "ns/op"), base: p("tools.BenchmarkWorkspaceExecTrue/argv", "ns/op"), baseWhat: "the same with argv `true`"},
 		{what: "workspace_exec `true` over stdio (server, in-process pipes), p50", m: m("server.BenchmarkStdioExecTrue", "p50-µs"), base: p("server.BenchmarkEnvdRunTrue", "p50-µs"), baseWhat: "envd client `Run` alone, same sandbox kind (managetest)", goal: "ratio ≤ 1.5"},
 		{what: "workspace_exec `true` over HTTP (2025-11-25 session), p50", m: m("server.BenchmarkHTTPExecTrue/2025-11-25", "p50-µs"), base: p("server.BenchmarkEnvdRunTrue", "p50-µs"), baseWhat: "envd client `Run` alone (managetest)"},
 		{what: "workspace_exec `true` over HTTP (2026-07-28 stateless), p50", m: m("server.BenchmarkHTTPExecTrue/2026-07-28", "p50-µs"), base: p("server.BenchmarkEnvdRunTrue", "p50-µs"), baseWhat: "envd client `Run` alone (managetest)"},
@@ -258,8 +259,10 @@ func rows() []row {
 		{what: "client peak RSS, 256 MiB of stdout", m: m("envd/envdclient.BenchmarkStdoutThroughput", "client-peak-MiB-256MiB"), base: p("envd/envdclient.BenchmarkStdoutThroughput", "client-peak-MiB-64MiB"), baseWhat: "client peak RSS, 64 MiB", goal: "independent of output size"},
 		{what: "put_files throughput (8 MiB file)", m: m("tools.BenchmarkPutFiles", "MB/s"), base: p("tools.BenchmarkCopyBaseline", "MB/s"), baseWhat: "cp of the same file on the host"},
 		{what: "read_files throughput (8 MiB file)", m: m("tools.BenchmarkReadFiles", "MB/s"), base: p("tools.BenchmarkCopyBaseline", "MB/s"), baseWhat: "cp of the same file on the host"},
-		{what: "put_files throughput (8 MiB text), built binary over stdio", m: m("main.BenchmarkStdioBinaryPutFiles/8MiB", "MB/s"), base: p("tools.BenchmarkCopyBaseline", "MB/s"), baseWhat: "cp of an 8 MiB file on the host", goal: "≥ 100 MB/s"},
-		{what: "read_files throughput (8 MiB text), built binary over stdio", m: m("main.BenchmarkStdioBinaryReadFiles/8MiB", "MB/s"), base: p("tools.BenchmarkCopyBaseline", "MB/s"), baseWhat: "cp of an 8 MiB file on the host", goal: "≥ 100 MB/s"},
+		{what: "put_files throughput (8 MiB text), built binary over stdio, raw JSON-RPC client", m: m("main.BenchmarkStdioRawPutFiles8MiB", "MB/s"), base: p("tools.BenchmarkCopyBaseline", "MB/s"), baseWhat: "cp of an 8 MiB file on the host", goal: "≥ 100 MB/s"},
+		{what: "read_files throughput (8 MiB text), built binary over stdio, raw JSON-RPC client", m: m("main.BenchmarkStdioRawReadFiles8MiB", "MB/s"), base: p("tools.BenchmarkCopyBaseline", "MB/s"), baseWhat: "cp of an 8 MiB file on the host", goal: "≥ 100 MB/s"},
+		{what: "put_files throughput (8 MiB text), built binary over stdio, mcp-go's client", m: m("main.BenchmarkStdioBinaryPutFiles/8MiB", "MB/s"), base: p("main.BenchmarkStdioRawPutFiles8MiB", "MB/s"), baseWhat: "the same with a raw JSON-RPC client"},
+		{what: "read_files throughput (8 MiB text), built binary over stdio, mcp-go's client", m: m("main.BenchmarkStdioBinaryReadFiles/8MiB", "MB/s"), base: p("main.BenchmarkStdioRawReadFiles8MiB", "MB/s"), baseWhat: "the same with a raw JSON-RPC client"},
 		{what: "server peak RSS, workspace_exec writing 64 MiB of stdout", m: m("main.BenchmarkServerRSS/64MiB", "server-peak-MiB"), base: p("main.BenchmarkServerRSS/true", "server-peak-MiB"), baseWhat: "after `true`"},
 		{what: "server peak RSS, workspace_exec writing 256 MiB of stdout", m: m("main.BenchmarkServerRSS/256MiB", "server-peak-MiB"), base: p("main.BenchmarkServerRSS/64MiB", "server-peak-MiB"), baseWhat: "after 64 MiB of stdout", goal: "independent of output size"},
 	}
@@ -280,7 +283,7 @@ func peerRows() []peerRow {
 		{"write 8 MiB of text: put_files / write_file, mean", m(ours+"PutFiles/8MiB", "ns/op"), m(peer+"WriteFile/8MiB", "ns/op")},
 		{"read 1 MiB of text: read_files / read_file, mean", m(ours+"ReadFiles/1MiB", "ns/op"), m(peer+"ReadFile/1MiB", "ns/op")},
 		{"read 8 MiB of text: read_files / read_file, mean", m(ours+"ReadFiles/8MiB", "ns/op"), m(peer+"ReadFile/8MiB", "ns/op")},
-		{"`true` round trip: workspace_exec command (bash -lc) / start_process (bash -l -c), p50", m(ours+"Exec/command", "p50-µs"), m(peer+"StartProcessTrue", "p50-µs")},
+		{"`true` round trip: workspace_exec command (bash -c) / start_process (bash -l -c), p50", m(ours+"Exec/command", "p50-µs"), m(peer+"StartProcessTrue", "p50-µs")},
 		{"`true` round trip: workspace_exec argv / start_process, p50", m(ours+"Exec/argv", "p50-µs"), m(peer+"StartProcessTrue", "p50-µs")},
 	}
 }

@@ -8,6 +8,7 @@
 // passing call is also a schema check.
 
 import assert from 'node:assert/strict'
+import { createHash } from 'node:crypto'
 import { once } from 'node:events'
 import { rmSync } from 'node:fs'
 import { after, before, describe, test } from 'node:test'
@@ -34,11 +35,11 @@ function textJSON (result) {
 const transports = [
   {
     name: 'stdio',
-    async start () {
+    async start (extraArgs = []) {
       const stateDir = newStateDir('serve-stdio')
       const transport = new stdioMod.StdioClientTransport({
         command: binaryPath,
-        args: ['serve', '--state-dir', stateDir],
+        args: ['serve', '--state-dir', stateDir, ...extraArgs],
         env: serveEnv(stateDir),
         stderr: 'pipe'
       })
@@ -65,8 +66,8 @@ const transports = [
   },
   {
     name: 'streamable HTTP',
-    async start () {
-      const server = await startServeHTTP()
+    async start (extraArgs = []) {
+      const server = await startServeHTTP(extraArgs)
       const client = new clientMod.Client(clientInfo)
       const requestInit = { headers: server.headers }
       const transport = new httpMod.StreamableHTTPClientTransport(new URL(server.url), { requestInit })
@@ -162,11 +163,12 @@ for (const t of transports) {
       const read = await client.callTool({ name: 'read_files', arguments: { paths: ['interop/hello.txt', 'interop/blob.bin'] } })
       assert.notEqual(read.isError, true, JSON.stringify(read))
       assert.deepEqual(textJSON(read), read.structuredContent)
+      // Each file's bytes come once, in the content block content_index names.
       const [text, blob] = read.structuredContent.files
       assert.equal(text.encoding, 'text')
-      assert.equal(text.content, 'hello from the TS SDK\n')
+      assert.equal(read.content[text.content_index].text, 'hello from the TS SDK\n')
       assert.equal(blob.encoding, 'base64')
-      assert.deepEqual(Buffer.from(blob.content, 'base64'), binary)
+      assert.deepEqual(Buffer.from(read.content[blob.content_index].text, 'base64'), binary)
 
       // The files are really there for commands too.
       const cat = await client.callTool({ name: 'workspace_exec', arguments: { command: 'cat interop/hello.txt' } })
@@ -243,6 +245,63 @@ for (const t of transports) {
         return true
       })
       await stale.close()
+    })
+  })
+}
+
+// A read of a whole --max-read-bytes (32 MiB) with the SDK's default client
+// settings. Over stdio the SDK's client ends the session when a message
+// would take its read buffer past 10 MiB (STDIO_DEFAULT_MAX_BUFFER_SIZE), so
+// the server keeps every stdio message below that: read_files returns what
+// fits, and next_offset takes the client through the rest. Over HTTP there
+// is no such limit, and one call returns the whole file.
+const bigFileBytes = 32 * 1024 * 1024
+for (const t of transports) {
+  describe(`MCP TypeScript SDK over ${t.name}: a read of --max-read-bytes (32 MiB)`, { skip }, () => {
+    let conn
+    before(async () => { conn = await t.start(['--max-read-bytes', '32MiB']) })
+    after(async () => {
+      if (process.env.INTEROP_VERBOSE && conn) console.error(conn.diagnostics())
+      await conn?.stop()
+    })
+
+    test('read_files returns the whole file, in calls whose messages the client takes', async () => {
+      const client = conn.client
+      const long = { timeout: 120_000 }
+      const made = await client.callTool({
+        name: 'workspace_exec',
+        arguments: { command: `yes 'a line of text with "quotes", a\ttab, a backslash \\ and <tags> & more' | head -c ${bigFileBytes} > big.txt && sha256sum big.txt` }
+      }, undefined, long)
+      assert.equal(made.structuredContent?.exit_code, 0, JSON.stringify(made))
+      const want = made.structuredContent.stdout.split(' ')[0]
+
+      const hash = createHash('sha256')
+      let offset = 0
+      let calls = 0
+      let read = 0
+      for (;;) {
+        const r = await client.callTool({ name: 'read_files', arguments: { paths: ['big.txt'], offset } }, undefined, long)
+        calls++
+        assert.notEqual(r.isError, true, JSON.stringify(r).slice(0, 2000))
+        const f = r.structuredContent.files[0]
+        assert.equal(f.offset, offset)
+        hash.update(r.content[f.content_index].text, 'utf8')
+        read += f.bytes
+        if (!f.truncated) break
+        if (calls === 1 && t.name === 'stdio') {
+          assert.match(r.structuredContent.notices.join(' '), /messages of at most/)
+        }
+        offset = f.next_offset
+        assert.ok(calls < 20, 'no end in sight')
+      }
+      assert.equal(read, bigFileBytes)
+      assert.equal(hash.digest('hex'), want)
+      if (t.name === 'stdio') assert.ok(calls >= 4, `${calls} calls for 32 MiB under a 10 MiB message limit`)
+      else assert.equal(calls, 1)
+
+      // The session is still there.
+      const still = await client.callTool({ name: 'workspace_exec', arguments: { command: 'echo still here' } })
+      assert.equal(still.structuredContent.stdout, 'still here\n')
     })
   })
 }

@@ -1,0 +1,47 @@
+package server
+
+import (
+	"bytes"
+	"io"
+	"net/http"
+
+	"github.com/sandbox-mcp/sandbox-mcp/tools"
+)
+
+// splitArguments is the HTTP side of tools.SplitToolCall: a POST whose body
+// is a tools/call of one of our tools reaches mcp-go with "arguments":{},
+// and the arguments reach the handler through the request's context (which
+// mcp-go's calls derive from, for both protocol eras). Any other body passes
+// unchanged.
+func (s *Server) splitArguments(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost || r.Body == nil {
+			next.ServeHTTP(w, r)
+			return
+		}
+		body, _ := r.Context().Value(bodyKey{}).([]byte)
+		if body == nil {
+			var err error
+			body, err = io.ReadAll(r.Body)
+			if err != nil {
+				// mcp-go answers the read error (limitBody turns one of
+				// too large a body into 413).
+				r.Body = io.NopCloser(io.MultiReader(bytes.NewReader(body), errorReader{err}))
+				next.ServeHTTP(w, r)
+				return
+			}
+		}
+		if small, args, ok := tools.SplitToolCall(body, s.splitsArguments); ok {
+			body = small
+			r = r.WithContext(tools.WithArguments(r.Context(), args))
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		r.ContentLength = int64(len(body))
+		next.ServeHTTP(w, r)
+	})
+}
+
+// errorReader fails every read with err.
+type errorReader struct{ err error }
+
+func (e errorReader) Read([]byte) (int, error) { return 0, e.err }
