@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"time"
 
@@ -15,7 +16,6 @@ import (
 
 	"github.com/sandbox-mcp/sandbox-mcp/manage"
 	"github.com/sandbox-mcp/sandbox-mcp/manage/boltstore"
-	"github.com/sandbox-mcp/sandbox-mcp/manage/local"
 	"github.com/sandbox-mcp/sandbox-mcp/server"
 	"github.com/sandbox-mcp/sandbox-mcp/tools"
 )
@@ -112,6 +112,9 @@ func (o *serveOptions) check() error {
 	if o.provider != "local" {
 		return fmt.Errorf("--provider %q is not available in this version: only local is implemented (docker and e2b are planned)", o.provider)
 	}
+	if errLocalProvider != nil {
+		return errLocalProvider
+	}
 	switch o.isolation {
 	case "auto", "bwrap", "none":
 	default:
@@ -134,9 +137,32 @@ func (o *serveOptions) check() error {
 	return nil
 }
 
+// errLocalProvider is why --provider local cannot run on this machine, or
+// nil where it can (Linux).
+var errLocalProvider = localProviderError(runtime.GOOS, runtime.GOARCH)
+
+// localProviderError is why the local provider cannot run on goos/goarch,
+// or nil on Linux: its sandboxes are Linux namespaces and cgroups of this
+// machine, and this version has no other provider.
+func localProviderError(goos, goarch string) error {
+	if goos == "linux" {
+		return nil
+	}
+	return fmt.Errorf("--provider local needs Linux (its sandboxes are namespaces and cgroups of this machine), and this is %s/%s: "+
+		"this version has no provider that runs here; the docker provider (--provider docker) is planned", goos, goarch)
+}
+
+// sandboxProvider is what a stack needs of its provider: the Manager's
+// interface, the isolation it reports, and its release.
+type sandboxProvider interface {
+	manage.Provider
+	Isolation() string
+	Close(ctx context.Context) error
+}
+
 // stack is everything a serving process runs.
 type stack struct {
-	provider *local.Provider
+	provider sandboxProvider
 	store    *boltstore.Store
 	manager  *manage.Manager
 	deps     *tools.Deps
@@ -181,7 +207,7 @@ func (o *serveOptions) build(ctx context.Context, log *slog.Logger, cfg server.C
 	if st.store, err = boltstore.Open(o.stateDir, boltstore.Options{Logger: log}); err != nil {
 		return nil, err
 	}
-	if st.provider, err = local.New(ctx, local.Config{StateDir: o.stateDir, Isolation: o.isolation, Logger: log}); err != nil {
+	if st.provider, err = o.newProvider(ctx, log); err != nil {
 		return nil, err
 	}
 	if st.manager, err = manage.New(o.managerOptions(st.provider, st.store, log)); err != nil {

@@ -19,3 +19,22 @@ func TestWorkspaceFlag(t *testing.T) {
 		}
 	}
 }
+
+// TestLocalProviderError checks that --provider local is refused outside
+// Linux with the reason and what is planned, and accepted on Linux.
+func TestLocalProviderError(t *testing.T) {
+	if err := localProviderError("linux", "arm64"); err != nil {
+		t.Errorf("linux: %v", err)
+	}
+	for _, goos := range []string{"darwin", "windows"} {
+		err := localProviderError(goos, "amd64")
+		if err == nil {
+			t.Fatalf("%s: no error", goos)
+		}
+		for _, want := range []string{"--provider local needs Linux", goos + "/amd64", "the docker provider (--provider docker) is planned"} {
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("%s: %q lacks %q", goos, err, want)
+			}
+		}
+	}
+}

@@ -1,7 +1,0 @@
-//go:build !linux
-
-package process
-
-// pendingBytes returns 0: outside Linux the End of an exited process waits
-// only for EOF or the grace period, not for bytes left in the pipes.
-func pendingBytes(fd uintptr) int { return 0 }
