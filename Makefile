@@ -11,25 +11,40 @@ PROTOC_GEN_GO_VERSION := v1.36.12
 PROTOC_GEN_CONNECT_GO_VERSION := v1.21.1
 GOLANGCI_LINT_VERSION := v2.15.0
 
-.PHONY: help build envd generate checkgenerate lint test bench fuzz interop clean
+.PHONY: help build envd cross generate checkgenerate lint test bench fuzz interop clean
 
 help: ## list the tasks
 	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | column -t -s $$'\t'
 
-# The lean envd that sandbox-mcp embeds (manage/local/envdbin): static, for
+# The lean envd that sandbox-mcp embeds (envd/envdbin): static, for
 # every Linux architecture in ENVD_ARCHS, built reproducibly (the same flags
 # as envdtest.BuildLean, which the envdbin test compares against).
-ENVD_DIR := manage/local/envdbin/bin
+ENVD_DIR := envd/envdbin/bin
 ENVD_ARCHS := amd64 arm64
 ENVD_BUILD := CGO_ENABLED=0 GOOS=linux go build -trimpath -buildvcs=false -ldflags='-s -w'
 
 build: envd ## build ./sandbox-mcp, carrying the lean envd its sandboxes run
 	go build -o sandbox-mcp .
 
-envd: ## build the lean envd for Linux into manage/local/envdbin/bin (embedded by the next build)
+envd: ## build the lean envd for Linux into envd/envdbin/bin (embedded by the next build)
 	@for arch in $(ENVD_ARCHS); do \
 		echo "$(ENVD_BUILD) -o $(ENVD_DIR)/sandbox-envd-linux-$$arch ./envd/cmd/sandbox-envd  # GOARCH=$$arch"; \
 		GOARCH=$$arch $(ENVD_BUILD) -o $(ENVD_DIR)/sandbox-envd-linux-$$arch ./envd/cmd/sandbox-envd || exit 1; \
+	done
+
+# The server for the systems it cross-builds for: macOS and Windows, each
+# carrying the lean Linux envds (for sandboxes that are Linux machines
+# elsewhere). The local provider needs Linux, so these binaries have no
+# provider that works yet; see README.
+DIST_DIR := dist
+CROSS_TARGETS := darwin/arm64 darwin/amd64 windows/amd64
+
+cross: envd ## build sandbox-mcp for macOS (arm64, amd64) and Windows (amd64) into dist/
+	@for target in $(CROSS_TARGETS); do \
+		os=$${target%/*}; arch=$${target#*/}; ext=; [[ $$os == windows ]] && ext=.exe; \
+		out=$(DIST_DIR)/sandbox-mcp-$$os-$$arch$$ext; \
+		echo "CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch go build -o $$out ."; \
+		CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch go build -o $$out . || exit 1; \
 	done
 
 $(BIN)/buf:
@@ -66,4 +81,4 @@ interop: build ## third-party clients (npm) against the built binary
 	scripts/interop
 
 clean:
-	rm -rf $(BIN) sandbox-mcp $(ENVD_DIR)/sandbox-envd-*
+	rm -rf $(BIN) sandbox-mcp $(DIST_DIR) $(ENVD_DIR)/sandbox-envd-*

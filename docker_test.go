@@ -1,3 +1,5 @@
+//go:build linux
+
 package main
 
 import (
@@ -6,9 +8,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sandbox-mcp/sandbox-mcp/envd/envdbin"
 	"github.com/sandbox-mcp/sandbox-mcp/internal/testenv"
 	"github.com/sandbox-mcp/sandbox-mcp/manage/docker/dockertest"
-	"github.com/sandbox-mcp/sandbox-mcp/manage/local/envdbin"
 )
 
 // TestServeDockerProvider: `serve --provider docker` runs a tool call in a

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"time"
 
@@ -16,7 +17,6 @@ import (
 	"github.com/sandbox-mcp/sandbox-mcp/manage"
 	"github.com/sandbox-mcp/sandbox-mcp/manage/boltstore"
 	"github.com/sandbox-mcp/sandbox-mcp/manage/docker"
-	"github.com/sandbox-mcp/sandbox-mcp/manage/local"
 	"github.com/sandbox-mcp/sandbox-mcp/server"
 	"github.com/sandbox-mcp/sandbox-mcp/tools"
 )
@@ -114,8 +114,11 @@ func (o *serveOptions) toolsConfig() tools.Config {
 // name follows the server's rule (server.ValidWorkspaceName), the same as
 // for the Sandbox-Workspace header.
 func (o *serveOptions) check() error {
-	if o.provider != local.Name && o.provider != docker.Name {
+	if o.provider != providerLocal && o.provider != docker.Name {
 		return fmt.Errorf("--provider %q is not available in this version: local and docker are implemented (e2b is planned)", o.provider)
+	}
+	if err := providerUnavailable(o.provider, runtime.GOOS, runtime.GOARCH); err != nil {
+		return err
 	}
 	switch o.isolation {
 	case "auto", "bwrap", "none":
@@ -139,15 +142,37 @@ func (o *serveOptions) check() error {
 	return nil
 }
 
-// provider is a sandbox provider the stack closes when it is done.
-type provider interface {
+// providerLocal is the local provider's name (manage/local.Name; that
+// package builds on Linux only).
+const providerLocal = "local"
+
+// providerUnavailable is why provider cannot run on goos/goarch, or nil
+// where it can. Both providers of this version need a Linux host: the local
+// one's sandboxes are namespaces and cgroups of this machine, and the
+// docker one reaches envd through a unix socket shared with the container,
+// which Docker Desktop's VM on macOS and Windows does not carry.
+func providerUnavailable(provider, goos, goarch string) error {
+	if goos == "linux" {
+		return nil
+	}
+	if provider == docker.Name {
+		return fmt.Errorf("--provider docker needs a Linux host in this version (it reaches envd through a unix socket shared with the container, which Docker Desktop's VM does not carry), and this is %s/%s: "+
+			"a loopback-port transport for Docker Desktop is planned", goos, goarch)
+	}
+	return fmt.Errorf("--provider local needs Linux (its sandboxes are namespaces and cgroups of this machine), and this is %s/%s: "+
+		"this version has no provider that runs here; the docker provider on a Mac or Windows engine is planned", goos, goarch)
+}
+
+// sandboxProvider is what a stack needs of its provider: the Manager's
+// interface and its release.
+type sandboxProvider interface {
 	manage.Provider
 	Close(ctx context.Context) error
 }
 
 // stack is everything a serving process runs.
 type stack struct {
-	provider provider
+	provider sandboxProvider
 	store    *boltstore.Store
 	manager  *manage.Manager
 	deps     *tools.Deps
@@ -210,28 +235,9 @@ func (o *serveOptions) build(ctx context.Context, log *slog.Logger, cfg server.C
 	if st.server, err = server.New(cfg); err != nil {
 		return nil, err
 	}
-	if lp, isLocal := st.provider.(*local.Provider); isLocal && lp.Isolation() == "none" {
-		log.Warn("sandboxes run WITHOUT isolation: commands run as this user on this machine; install bubblewrap (apt-get install bubblewrap) for isolated sandboxes")
-	}
+	warnUnisolated(st.provider, log)
 	ok = true
 	return st, nil
-}
-
-// newProvider starts the provider --provider names (a nil interface on an
-// error, never a typed nil).
-func (o *serveOptions) newProvider(ctx context.Context, log *slog.Logger) (provider, error) {
-	if o.provider == docker.Name {
-		p, err := docker.New(ctx, docker.Config{StateDir: o.stateDir, Image: o.dockerImage, Host: o.dockerHost, Logger: log})
-		if err != nil {
-			return nil, err
-		}
-		return p, nil
-	}
-	p, err := local.New(ctx, local.Config{StateDir: o.stateDir, Isolation: o.isolation, Logger: log})
-	if err != nil {
-		return nil, err
-	}
-	return p, nil
 }
 
 // managerOptions are the Manager's options: the sandbox template (network,

@@ -1,3 +1,5 @@
+//go:build linux
+
 package main
 
 import (
@@ -16,6 +18,27 @@ func TestWorkspaceFlag(t *testing.T) {
 			t.Errorf("--workspace %q: check() = %v", name, err)
 		} else if err != nil && !strings.Contains(err.Error(), "--workspace") {
 			t.Errorf("--workspace %q: the error does not name the flag: %v", name, err)
+		}
+	}
+}
+
+// TestProviderUnavailable checks that both providers are refused outside
+// Linux with the reason and what is planned, and accepted on Linux.
+func TestProviderUnavailable(t *testing.T) {
+	for _, provider := range []string{providerLocal, "docker"} {
+		if err := providerUnavailable(provider, "linux", "arm64"); err != nil {
+			t.Errorf("%s on linux: %v", provider, err)
+		}
+		for _, goos := range []string{"darwin", "windows"} {
+			err := providerUnavailable(provider, goos, "amd64")
+			if err == nil {
+				t.Fatalf("%s on %s: no error", provider, goos)
+			}
+			for _, want := range []string{"--provider " + provider + " needs", goos + "/amd64", "planned"} {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("%s on %s: %q lacks %q", provider, goos, err, want)
+				}
+			}
 		}
 	}
 }

@@ -47,9 +47,12 @@ func (f *Flags) Register(fs *flag.FlagSet) {
 }
 
 // Run serves the daemon the flags describe until ctx ends, logging to log
-// (nil: slog.Default()). It fails at once when --root is missing or
-// --ready-fd names a descriptor that is not open.
+// (nil: slog.Default()). It fails at once outside Linux, when --root is
+// missing or when --ready-fd names a descriptor that is not open.
 func (f *Flags) Run(ctx context.Context, log *slog.Logger) error {
+	if errPlatform != nil {
+		return errPlatform
+	}
 	if f.Root == "" {
 		return errors.New("--root is required")
 	}

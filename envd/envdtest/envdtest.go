@@ -1,3 +1,5 @@
+//go:build linux
+
 // Package envdtest starts real envd daemons for tests: in the test process
 // (on a unix socket or loopback TCP) or as the built sandbox-mcp binary in a
 // child process, waiting for readiness through --ready-fd rather than polling.

@@ -1,3 +1,5 @@
+//go:build linux
+
 // Package fsrpc implements envd's Connect service filesystem.Filesystem:
 // Stat, MakeDir, Move, ListDir, Remove, the WatchDir stream and the polling
 // watcher (CreateWatcher, GetWatcherEvents, RemoveWatcher).

@@ -1,3 +1,5 @@
+//go:build linux
+
 // Package process spawns and tracks the processes envd runs for clients.
 //
 // A [Table] starts processes from a [Spec] (directly, without a shell, each in

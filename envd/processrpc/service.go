@@ -1,3 +1,5 @@
+//go:build linux
+
 // Package processrpc serves envd's Connect process.Process service (Start,
 // Connect, List, SendInput, StreamInput, CloseStdin, Update, SendSignal) on
 // top of an envd/process Table, with the wire semantics of E2B's envd: the

@@ -1,3 +1,5 @@
+//go:build linux
+
 // Package rest serves envd's plain-HTTP endpoints, wire-compatible with E2B's
 // envd: GET /health, GET and POST /files (download and upload), POST
 // /files/compose, GET /envs and GET /metrics.

@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-
-	"golang.org/x/sys/unix"
 )
 
 // ReadyFD is the inherited descriptor of --ready-fd, on which serve --http
@@ -26,8 +24,8 @@ func OpenReadyFD(fd int) (*ReadyFD, error) {
 	if fd <= 0 {
 		return nil, nil
 	}
-	if _, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0); err != nil {
-		return nil, fmt.Errorf("--ready-fd %d is not open: %w", fd, err)
+	if err := checkOpen(fd); err != nil {
+		return nil, err
 	}
 	return &ReadyFD{fd: fd, f: os.NewFile(uintptr(fd), "ready-fd")}, nil
 }

@@ -35,7 +35,6 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 	berrors "go.etcd.io/bbolt/errors"
-	"golang.org/x/sys/unix"
 
 	"github.com/sandbox-mcp/sandbox-mcp/manage"
 	"github.com/sandbox-mcp/sandbox-mcp/manage/filelock"
@@ -269,7 +268,7 @@ func (s *Store) List(context.Context) ([]manage.Record, error) {
 func (s *Store) Lock(ctx context.Context, key string) (func(), error) {
 	sum := sha256.Sum256([]byte(key))
 	path := filepath.Join(s.lockDir, hex.EncodeToString(sum[:12])+".lock")
-	f, err := filelock.Lock(ctx, path, unix.LOCK_EX)
+	f, err := filelock.Lock(ctx, path, filelock.Exclusive)
 	if err != nil {
 		if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 			return nil, err

@@ -9,8 +9,6 @@ import (
 	"io"
 	"os"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/sandbox-mcp/sandbox-mcp/manage/filelock"
 )
 
@@ -78,7 +76,7 @@ func (s *Store) checkFile(ctx context.Context) error {
 	if fi, err := os.Stat(s.path); err != nil || fi.Size() == 0 {
 		return nil
 	}
-	f, err := filelock.Lock(ctx, s.path, unix.LOCK_SH)
+	f, err := filelock.Lock(ctx, s.path, filelock.Shared)
 	switch {
 	case errors.Is(err, context.DeadlineExceeded):
 		return fmt.Errorf("store file %s is locked by another process for more than %s; is another sandbox-mcp using this --state-dir and stuck?", s.path, s.timeout)

@@ -1,3 +1,5 @@
+//go:build linux
+
 package docker
 
 import (
@@ -10,7 +12,7 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/sandbox-mcp/sandbox-mcp/manage/local/envdbin"
+	"github.com/sandbox-mcp/sandbox-mcp/envd/envdbin"
 )
 
 // envdPrefix starts the name of an installed envd binary in

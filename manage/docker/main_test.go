@@ -1,3 +1,5 @@
+//go:build linux
+
 package docker
 
 // Test helpers: a provider on the real engine (package dockertest: the

@@ -1,3 +1,5 @@
+//go:build linux
+
 package docker
 
 // The Manager on docker sandboxes: the lifecycle promises of the manage

@@ -1,3 +1,5 @@
+//go:build linux
+
 // Package docker is the Docker sandbox provider: a sandbox is a container
 // from an image, made and controlled through the Docker Engine API (the
 // official Go client, with API version negotiation, so daemons from API 1.41
@@ -80,22 +82,6 @@ import (
 	envd "github.com/sandbox-mcp/sandbox-mcp/envd/daemon"
 	"github.com/sandbox-mcp/sandbox-mcp/manage"
 )
-
-// Name is the provider's name.
-const Name = "docker"
-
-// Isolation is what Sandbox.Isolation says of a docker sandbox.
-const Isolation = "docker"
-
-// DefaultImage is the image sandboxes run when neither Config.Image nor the
-// sandbox's Template names one: Debian's slim image (about 75 MB), which has
-// a shell and apt. It must be on the engine already (docker pull it once):
-// the provider never pulls.
-const DefaultImage = "debian:bookworm-slim"
-
-// DefaultHost is the engine's address when neither Config.Host nor
-// DOCKER_HOST gives one.
-const DefaultHost = "unix:///var/run/docker.sock"
 
 // DefaultPids is the process limit when neither a SandboxConfig nor
 // Config.DefaultLimits sets one, as for the local provider. Memory defaults

@@ -1,5 +1,5 @@
-// Package filelock takes advisory flock(2) locks on files that callers can
-// stop waiting for.
+// Package filelock takes advisory flock(2) locks (LockFileEx on Windows) on
+// files that callers can stop waiting for.
 //
 // A blocking flock cannot be abandoned: a thread parked in it stays parked,
 // with the descriptor open, until the lock comes, and a later grant would be
@@ -16,10 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"syscall"
 	"time"
-
-	"golang.org/x/sys/unix"
 )
 
 // ErrLocked is TryLock's answer when the lock is held elsewhere.
@@ -33,7 +30,7 @@ const (
 )
 
 // Lock opens path (creating it, mode 0600; a symlink is refused) and flocks
-// it: how is unix.LOCK_SH or unix.LOCK_EX. While the lock is held elsewhere
+// it: how is Shared or Exclusive. While the lock is held elsewhere
 // it waits until ctx ends, and then returns ctx.Err() having released
 // everything. A free lock is taken even when ctx has ended. Closing the returned file (or Unlock) releases the lock.
 func Lock(ctx context.Context, path string, how int) (*os.File, error) {
@@ -50,7 +47,7 @@ func TryLock(path string, how int) (*os.File, error) {
 // (until its exec closes it): closing f alone would leave the lock held by
 // that child for a moment.
 func Unlock(f *os.File) error {
-	err := flock(f, unix.LOCK_UN)
+	err := unlockFile(f)
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
@@ -58,17 +55,17 @@ func Unlock(f *os.File) error {
 }
 
 func lock(ctx context.Context, path string, how int, wait bool) (*os.File, error) {
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|syscall.O_NOFOLLOW, 0o600)
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|noFollow, 0o600)
 	if err != nil {
 		return nil, err
 	}
 	pause := firstPause
 	for {
-		err := flock(f, how|unix.LOCK_NB)
+		err := tryLockFile(f, how)
 		switch {
 		case err == nil:
 			return f, nil
-		case !errors.Is(err, unix.EWOULDBLOCK):
+		case !errors.Is(err, errWouldBlock):
 			_ = f.Close()
 			return nil, fmt.Errorf("lock %s: %w", path, err)
 		case !wait:
@@ -84,15 +81,5 @@ func lock(ctx context.Context, path string, how int, wait bool) (*os.File, error
 		case <-t.C:
 		}
 		pause = min(pause*2, maxPause)
-	}
-}
-
-// flock calls flock(2) on f, retrying when a signal interrupts it.
-func flock(f *os.File, how int) error {
-	for {
-		err := unix.Flock(int(f.Fd()), how)
-		if !errors.Is(err, unix.EINTR) {
-			return err
-		}
 	}
 }

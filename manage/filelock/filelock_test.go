@@ -1,3 +1,5 @@
+//go:build unix
+
 package filelock
 
 import (
@@ -18,11 +20,11 @@ const guard = 30 * time.Second
 
 func TestTryLockExcludes(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "l")
-	held, err := TryLock(path, unix.LOCK_EX)
+	held, err := TryLock(path, Exclusive)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, how := range []int{unix.LOCK_EX, unix.LOCK_SH} {
+	for _, how := range []int{Exclusive, Shared} {
 		if f, err := TryLock(path, how); !errors.Is(err, ErrLocked) {
 			t.Errorf("TryLock(%d) of a held lock = %v, %v; want ErrLocked", how, f, err)
 		}
@@ -30,7 +32,7 @@ func TestTryLockExcludes(t *testing.T) {
 	if err := Unlock(held); err != nil {
 		t.Fatal(err)
 	}
-	f, err := TryLock(path, unix.LOCK_EX)
+	f, err := TryLock(path, Exclusive)
 	if err != nil {
 		t.Fatalf("TryLock after Unlock: %v", err)
 	}
@@ -39,24 +41,24 @@ func TestTryLockExcludes(t *testing.T) {
 
 func TestSharedLocks(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "l")
-	a, err := TryLock(path, unix.LOCK_SH)
+	a, err := TryLock(path, Shared)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer a.Close()
-	b, err := Lock(context.Background(), path, unix.LOCK_SH)
+	b, err := Lock(context.Background(), path, Shared)
 	if err != nil {
 		t.Fatalf("a second shared lock: %v", err)
 	}
 	defer b.Close()
-	if f, err := TryLock(path, unix.LOCK_EX); !errors.Is(err, ErrLocked) {
+	if f, err := TryLock(path, Exclusive); !errors.Is(err, ErrLocked) {
 		t.Errorf("TryLock(LOCK_EX) under shared locks = %v, %v; want ErrLocked", f, err)
 	}
 }
 
 func TestLockWaitsForRelease(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "l")
-	held, err := TryLock(path, unix.LOCK_EX)
+	held, err := TryLock(path, Exclusive)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,7 +70,7 @@ func TestLockWaitsForRelease(t *testing.T) {
 	}
 	got := make(chan result, 1)
 	go func() {
-		f, err := Lock(ctx, path, unix.LOCK_EX)
+		f, err := Lock(ctx, path, Exclusive)
 		got <- result{f, err}
 	}()
 	select {
@@ -90,7 +92,7 @@ func TestLockWaitsForRelease(t *testing.T) {
 // open descriptor, and no lock granted later to nobody.
 func TestLockGivesUpWithItsContext(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "l")
-	held, err := TryLock(path, unix.LOCK_EX)
+	held, err := TryLock(path, Exclusive)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,7 +100,7 @@ func TestLockGivesUpWithItsContext(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	got := make(chan error, 1)
 	go func() {
-		f, err := Lock(ctx, path, unix.LOCK_EX)
+		f, err := Lock(ctx, path, Exclusive)
 		if f != nil {
 			_ = f.Close()
 		}
@@ -119,7 +121,7 @@ func TestLockGivesUpWithItsContext(t *testing.T) {
 	if err := held.Close(); err != nil {
 		t.Fatal(err)
 	}
-	f, err := TryLock(path, unix.LOCK_EX)
+	f, err := TryLock(path, Exclusive)
 	if err != nil {
 		t.Fatalf("TryLock after the abandoned waiter and the holder let go: %v", err)
 	}
@@ -132,7 +134,7 @@ func TestLockRefusesSymlinks(t *testing.T) {
 	if err := os.Symlink(target, link); err != nil {
 		t.Fatal(err)
 	}
-	if f, err := TryLock(link, unix.LOCK_EX); !errors.Is(err, unix.ELOOP) {
+	if f, err := TryLock(link, Exclusive); !errors.Is(err, unix.ELOOP) {
 		t.Errorf("TryLock of a symlink = %v, %v; want ELOOP", f, err)
 	}
 	if _, err := os.Lstat(target); !os.IsNotExist(err) {
@@ -142,7 +144,7 @@ func TestLockRefusesSymlinks(t *testing.T) {
 
 func TestLockMissingDirectory(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "gone", "l")
-	if f, err := Lock(context.Background(), path, unix.LOCK_EX); !errors.Is(err, os.ErrNotExist) {
+	if f, err := Lock(context.Background(), path, Exclusive); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("Lock in a missing directory = %v, %v; want ErrNotExist", f, err)
 	}
 }

@@ -1,3 +1,5 @@
+//go:build linux
+
 package local
 
 import (
@@ -16,7 +18,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/sandbox-mcp/sandbox-mcp/manage/local/envdbin"
+	"github.com/sandbox-mcp/sandbox-mcp/envd/envdbin"
 )
 
 // When the server runs as root, bwrap runs as an unprivileged host user

@@ -1,3 +1,5 @@
+//go:build linux
+
 package local
 
 import (
@@ -11,8 +13,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sandbox-mcp/sandbox-mcp/envd/envdbin"
 	"github.com/sandbox-mcp/sandbox-mcp/manage"
-	"github.com/sandbox-mcp/sandbox-mcp/manage/local/envdbin"
 )
 
 // leanEnvd returns the lean envd the tests built as an embedded envd, with

@@ -1,3 +1,5 @@
+//go:build linux
+
 package local
 
 // The Manager on real local sandboxes (bubblewrap, a real envd binary):

@@ -1,3 +1,5 @@
+//go:build linux
+
 // Package local is the embedded sandbox provider: a sandbox is a directory
 // under the state directory plus one envd daemon (the lean sandbox-envd this
 // binary embeds, else `sandbox-mcp envd`) reached over a unix socket,
@@ -72,8 +74,8 @@ import (
 	"connectrpc.com/connect"
 	"golang.org/x/sys/unix"
 
+	"github.com/sandbox-mcp/sandbox-mcp/envd/envdbin"
 	"github.com/sandbox-mcp/sandbox-mcp/manage"
-	"github.com/sandbox-mcp/sandbox-mcp/manage/local/envdbin"
 )
 
 // Name is the provider's name.

@@ -1,3 +1,5 @@
+//go:build linux
+
 // Package managetest provides a manage.Provider for tests: each sandbox is a
 // temporary directory served by a real envd daemon running in the test
 // process on a unix socket (no isolation, --confine on). It is the real

@@ -1,3 +1,5 @@
+//go:build linux
+
 // Command sandbox-envd is sandbox-mcp's in-sandbox daemon (E2B envd
 // protocol) on its own: the same daemon and flags as `sandbox-mcp envd`,
 // without the MCP server linked in, so it starts faster. `make build` embeds

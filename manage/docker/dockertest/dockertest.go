@@ -1,3 +1,5 @@
+//go:build linux
+
 // Package dockertest gives tests a Docker engine and a test image without a
 // registry: the engine at DOCKER_HOST (or the default socket), ending the
 // test through testenv.Missing when none answers, and a minimal image made

@@ -4,6 +4,10 @@
 // and runs it in sandboxes: it starts faster than the server binary's
 // `envd` subcommand, which pays for the MCP stack's package init.
 //
+// The package builds for every GOOS, so a server built for macOS or
+// Windows (`make cross`) carries the Linux envds too, for providers whose
+// sandboxes are Linux machines elsewhere (containers, VMs).
+//
 // A tree built without make carries none, and Lookup reports so.
 package envdbin
 
@@ -11,6 +15,7 @@ import (
 	"crypto/sha256"
 	"embed"
 	"encoding/hex"
+	"strings"
 	"sync"
 )
 
@@ -56,4 +61,24 @@ func Lookup(goarch string) *Envd {
 	e := &Envd{Name: name, Data: data, SHA256: hex.EncodeToString(sum[:])}
 	hashed[name] = e
 	return e
+}
+
+// List returns every embedded lean envd, by name, as Lookup returns them:
+// none for a tree built without make.
+func List() []*Envd {
+	entries, err := files.ReadDir("bin")
+	if err != nil {
+		return nil
+	}
+	var all []*Envd
+	for _, entry := range entries {
+		goarch, ok := strings.CutPrefix(entry.Name(), Name(""))
+		if !ok || goarch == "" {
+			continue
+		}
+		if e := Lookup(goarch); e != nil {
+			all = append(all, e)
+		}
+	}
+	return all
 }

@@ -1,0 +1,4 @@
+package daemon
+
+// errPlatform is nil: envd serves on Linux.
+var errPlatform error
