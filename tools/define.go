@@ -435,7 +435,7 @@ var outputCheckBytes = 64 << 10
 
 // result renders a successful output: notices first (text), then the JSON
 // (text), then the blocks (for example file contents); structuredContent is
-// the same JSON. An output that does not match the tool's output schema is a
+// the same JSON, or the fuller one of a structuredCopier. An output that does not match the tool's output schema is a
 // bug: it is logged and the call fails.
 func (c *Call) result(out any, blocks func(first int) []mcp.Content, schema *schemaCheck) *mcp.CallToolResult {
 	if ns, ok := out.(noticeSetter); ok && len(c.notices) > 0 {
@@ -454,9 +454,18 @@ func (c *Call) result(out any, blocks func(first int) []mcp.Content, schema *sch
 		c.d.Logger.Error("tool output does not marshal", "tool", c.tool, "err", err)
 		return mcp.NewToolResultError("internal error: the result could not be encoded (logged on the server)")
 	}
-	if len(raw) <= outputCheckBytes {
-		if err := schema.checkJSON(raw); err != nil {
-			c.d.Logger.Error("tool output does not match its schema", "tool", c.tool, "err", err, "output", string(raw))
+	structured := raw
+	if sc, ok := out.(structuredCopier); ok {
+		if alt, ok := sc.structuredCopy(); ok {
+			if structured, err = json.Marshal(alt); err != nil {
+				c.d.Logger.Error("tool output does not marshal", "tool", c.tool, "err", err)
+				return mcp.NewToolResultError("internal error: the result could not be encoded (logged on the server)")
+			}
+		}
+	}
+	if len(structured) <= outputCheckBytes {
+		if err := schema.checkJSON(structured); err != nil {
+			c.d.Logger.Error("tool output does not match its schema", "tool", c.tool, "err", err, "output", string(structured))
 			return mcp.NewToolResultError("internal error: the result does not match the tool's output schema (logged on the server)")
 		}
 	}
@@ -466,7 +475,15 @@ func (c *Call) result(out any, blocks func(first int) []mcp.Content, schema *sch
 	}
 	content = append(content, mcp.NewTextContent(string(raw)))
 	content = append(content, extra...)
-	return &mcp.CallToolResult{Content: content, StructuredContent: json.RawMessage(raw)}
+	return &mcp.CallToolResult{Content: content, StructuredContent: json.RawMessage(structured)}
+}
+
+// structuredCopier is an output whose structuredContent may say more than
+// its text block's JSON: structuredCopy returns that fuller output, or
+// false to send the same JSON in both (read_files repeats small contents for
+// clients that read only structuredContent).
+type structuredCopier interface {
+	structuredCopy() (any, bool)
 }
 
 // errorResult renders err as an isError result the model can act on.

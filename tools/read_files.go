@@ -36,6 +36,7 @@ type readFileEntry struct {
 	Path        string `json:"path" jsonschema_description:"The path as read, relative to the workspace."`
 	Content     string `json:"-"` // sent once, in the content block at ContentIdx
 	ContentIdx  int    `json:"content_index,omitempty" jsonschema:"minimum=1" jsonschema_description:"Index in the result's content array of the block that holds the bytes read: a text block (text, or base64 when encoding is base64) or an image block. Absent when nothing was read (an error, an empty file or range)."`
+	Inline      string `json:"content,omitempty" jsonschema_description:"structuredContent only, when all the call's contents together are small (at most 64 KiB): the same bytes as the content block at content_index (text, or base64 for base64 and image), for clients that read only structuredContent. Larger reads send the bytes once, in the content blocks."`
 	Encoding    string `json:"encoding,omitempty" jsonschema:"enum=text,enum=base64,enum=image" jsonschema_description:"How the content block at content_index holds the bytes: text, base64 (a text block of base64), or image (an image block)."`
 	MimeType    string `json:"mime_type,omitempty" jsonschema_description:"The image type, for encoding image."`
 	Size        int64  `json:"size" jsonschema_description:"Size of the whole file in bytes."`

@@ -50,6 +50,50 @@ func readFilesContent(out *readFilesOutput, first int) []mcp.Content {
 	return blocks
 }
 
+// structuredInlineBytes is the most content (all files together, as sent)
+// that structuredContent repeats, for clients that read only it (Mastra,
+// for one); above it the bytes travel once, in the content blocks.
+const structuredInlineBytes = 64 << 10
+
+// structuredCopy returns out with each entry's content repeated in
+// structuredContent when all the contents together are small, and false
+// when they are not (structuredContent is then the text block's JSON).
+// The text block's JSON never repeats them: the model reads each file
+// once, in its own block.
+func (out *readFilesOutput) structuredCopy() (any, bool) {
+	if !out.repeatsContents() {
+		return nil, false
+	}
+	for i := range out.Files {
+		f := &out.Files[i]
+		f.Inline = f.Content
+		if f.imageData != "" {
+			f.Inline = f.imageData
+		}
+	}
+	return out, true
+}
+
+// repeatsContents reports whether structuredContent repeats the contents:
+// when there are some and, JSON-escaped, they take at most
+// structuredInlineBytes in all.
+func (out *readFilesOutput) repeatsContents() bool {
+	total := 0
+	for _, f := range out.Files {
+		if len(f.Content) > structuredInlineBytes-total {
+			return false // escaping only adds: no need to scan a large file
+		}
+		if f.Content != "" {
+			total += jsonStringLen(f.Content)
+		}
+		total += len(f.imageData)
+		if total > structuredInlineBytes {
+			return false
+		}
+	}
+	return total > 0
+}
+
 // readCap is the most bytes this read_files call may return: the server's
 // read cap, lowered to what the message limit leaves room for.
 func (c *Call) readCap() int64 {
@@ -113,21 +157,28 @@ func (c *Call) readResponseSize(out *readFilesOutput) int64 {
 	for _, s := range c.notices {
 		n += 3 * (int64(jsonStringLen(s)) + 16)
 	}
-	var text int64
+	var text, images int64
 	for _, f := range out.Files {
 		text += int64(len(f.Content)) + 32
 		if f.imageData != "" {
-			n += int64(len(f.imageData)+len(f.MimeType)) + 64
+			images += int64(len(f.imageData)+len(f.MimeType)) + 64
 		}
 	}
+	// Small contents come twice: structuredContent repeats them
+	// (structuredCopy).
+	copies := int64(1)
+	if out.repeatsContents() {
+		copies = 2
+	}
+	n += copies * images
 	// Escaping at most sextuples text: count it only when that could
 	// matter.
-	if n+6*text <= c.messageLimit {
-		return n + 6*text
+	if n+copies*6*text <= c.messageLimit {
+		return n + copies*6*text
 	}
 	for _, f := range out.Files {
 		if f.Content != "" {
-			n += int64(jsonStringLen(f.Content)) + 32
+			n += copies * (int64(jsonStringLen(f.Content)) + 32)
 		}
 	}
 	return n
