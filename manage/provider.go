@@ -41,6 +41,24 @@ type Limits struct {
 	NoFile      uint64  // open files per process (RLIMIT_NOFILE)
 }
 
+// Or returns l with each zero field taken from def: a sandbox's own limits
+// over a provider's defaults.
+func (l Limits) Or(def Limits) Limits {
+	if l.MemoryBytes == 0 {
+		l.MemoryBytes = def.MemoryBytes
+	}
+	if l.CPUs == 0 {
+		l.CPUs = def.CPUs
+	}
+	if l.Pids == 0 {
+		l.Pids = def.Pids
+	}
+	if l.NoFile == 0 {
+		l.NoFile = def.NoFile
+	}
+	return l
+}
+
 // SandboxConfig is what a sandbox is created with. A replacement after a
 // loss is created with the same config.
 type SandboxConfig struct {

@@ -81,18 +81,7 @@ func (p *Provider) Create(ctx context.Context, cfg manage.SandboxConfig) (manage
 // containerConfig is the container of sandbox id.
 func (p *Provider) containerConfig(id, image string, cfg manage.SandboxConfig, created time.Time) (*container.Config, *container.HostConfig) {
 	lim := cfg.Limits
-	if lim.MemoryBytes == 0 {
-		lim.MemoryBytes = p.limits.MemoryBytes
-	}
-	if lim.CPUs == 0 {
-		lim.CPUs = p.limits.CPUs
-	}
-	if lim.Pids == 0 {
-		lim.Pids = p.limits.Pids
-	}
-	if lim.NoFile == 0 {
-		lim.NoFile = p.limits.NoFile
-	}
+	lim = lim.Or(p.limits)
 	entry := []string{insideEnvd, "envd", "--listen", "unix:" + insideSocket, "--root", insideWorkspace, "--ready-fd", "1"}
 	env := map[string]string{"LANG": "C.UTF-8", "TMPDIR": "/tmp"}
 	for k, v := range cfg.Env {

@@ -70,7 +70,6 @@ import (
 	"connectrpc.com/connect"
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/client"
-	"golang.org/x/sys/unix"
 
 	"github.com/sandbox-mcp/sandbox-mcp/manage"
 )
@@ -237,11 +236,7 @@ func ResolveHost(host string) string {
 // resolveDefaults fills the package defaults into zero fields of lim.
 func resolveDefaults(lim manage.Limits) manage.Limits {
 	if lim.MemoryBytes == 0 {
-		var si unix.Sysinfo_t
-		if unix.Sysinfo(&si) == nil {
-			page := int64(os.Getpagesize())
-			lim.MemoryBytes = int64(si.Totalram) * int64(si.Unit) / 2 / page * page
-		}
+		lim.MemoryBytes = manage.HalfHostMemory()
 	}
 	if lim.Pids == 0 {
 		lim.Pids = DefaultPids

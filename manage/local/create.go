@@ -78,18 +78,7 @@ func (p *Provider) spec(cfg manage.SandboxConfig) (sandboxSpec, error) {
 	if lim.MemoryBytes < 0 || lim.CPUs < 0 || lim.Pids < 0 {
 		return sandboxSpec{}, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("negative limits %+v", lim))
 	}
-	if lim.MemoryBytes == 0 {
-		lim.MemoryBytes = p.limits.MemoryBytes
-	}
-	if lim.CPUs == 0 {
-		lim.CPUs = p.limits.CPUs
-	}
-	if lim.Pids == 0 {
-		lim.Pids = p.limits.Pids
-	}
-	if lim.NoFile == 0 {
-		lim.NoFile = p.limits.NoFile
-	}
+	lim = lim.Or(p.limits)
 	if p.maxNoFile > 0 && lim.NoFile > p.maxNoFile {
 		lim.NoFile = p.maxNoFile
 	}

@@ -424,12 +424,7 @@ func validCgroupName(s string) bool {
 // resolveDefaults fills the package defaults into zero fields of lim.
 func resolveDefaults(lim manage.Limits) manage.Limits {
 	if lim.MemoryBytes == 0 {
-		var si unix.Sysinfo_t
-		if unix.Sysinfo(&si) == nil {
-			// Rounded to pages, as the kernel stores it.
-			page := int64(os.Getpagesize())
-			lim.MemoryBytes = int64(si.Totalram) * int64(si.Unit) / 2 / page * page
-		}
+		lim.MemoryBytes = manage.HalfHostMemory()
 	}
 	if lim.Pids == 0 {
 		lim.Pids = DefaultPids
