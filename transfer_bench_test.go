@@ -237,7 +237,8 @@ func oursSession(b *testing.B) *stdioSession {
 		"--max-read-bytes", strconv.Itoa(maxSize))
 }
 
-// readFilesContent is the content of the first file of a read_files result.
+// readFilesContent is the content of the first file of a read_files result:
+// the text block its entry names by content_index.
 func readFilesContent(b *testing.B, res *mcp.CallToolResult) string {
 	b.Helper()
 	out, _ := res.StructuredContent.(map[string]any)
@@ -249,8 +250,12 @@ func readFilesContent(b *testing.B, res *mcp.CallToolResult) string {
 	if f["truncated"] != false {
 		b.Fatalf("read_files truncated the file: %v", f["note"])
 	}
-	content, _ := f["content"].(string)
-	return content
+	idx, _ := f["content_index"].(float64)
+	if int(idx) < 1 || int(idx) >= len(res.Content) {
+		b.Fatalf("read_files: no content block for the file: %.500s", textOf(res))
+	}
+	text, _ := res.Content[int(idx)].(mcp.TextContent)
+	return text.Text
 }
 
 // BenchmarkStdioBinaryPutFiles is put_files of one text file (1 MiB,
