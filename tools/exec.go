@@ -20,7 +20,7 @@ const maxTimeoutSec = 366 * 24 * 3600
 
 // execInput is workspace_exec's arguments.
 type execInput struct {
-	Command    string   `json:"command,omitempty" jsonschema_description:"A shell command line, run with bash -c in the sandbox's login environment (what its login profile sets, read once per sandbox; PATH keeps the sandbox's own directories and gains the profile's; bash -lc if the profile cannot be read that way), or with sh -c where the sandbox has no bash. Pipes, redirections, && and globs work. Give either command or argv, not both."`
+	Command    string   `json:"command,omitempty" jsonschema_description:"A shell command line, run with bash -c in the sandbox's login environment (what its login profile sets, read once per sandbox; PATH keeps the sandbox's own directories and gains the profile's; bash -lc if the profile cannot be read that way), or with sh -c where the sandbox has no bash. Pipes, redirections, && and globs work; a line of plain words with no shell syntax (ls -la src) runs directly in that same environment, as bash would run it. Give either command or argv, not both."`
 	Login      bool     `json:"login,omitempty" jsonschema_description:"Run the command in a login shell (bash -lc, or sh -lc where there is no bash), which re-reads the profile on each call; by default the login environment is captured once per sandbox and each command runs with bash -c. Use it when a profile (~/.profile, ~/.bash_profile) changed since the sandbox's first command. Default false; only with command."`
 	Argv       []string `json:"argv,omitempty" jsonschema:"minItems=1" jsonschema_description:"The program and its arguments, run directly without a shell (no quoting needed). argv[0] is looked up in PATH. Give either command or argv, not both."`
 	Cwd        string   `json:"cwd,omitempty" jsonschema_description:"Working directory, relative to the workspace root. Default: the workspace root. It must exist."`
@@ -241,6 +241,16 @@ func runExec(ctx context.Context, c *Call, in *execInput) (*execOutput, error) {
 	}
 	if in.Background {
 		return startBackground(ctx, c, lease, r, cmd, plan, out)
+	}
+	// A plain command line runs without the shell (see plainWords); the
+	// shell after all when its first word is no executable in PATH.
+	if words, plain := plainWords(in.Command); plain && !in.Login && cmd.Args[0] == "-c" {
+		direct := cmd
+		direct.Cmd, direct.Args = words[0], words[1:]
+		res, err := runForeground(ctx, c, lease, r, direct, plan, out)
+		if err == nil || !isExecNotFound(err) {
+			return res, err
+		}
 	}
 	return runForeground(ctx, c, lease, r, cmd, plan, out)
 }
