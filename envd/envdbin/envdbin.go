@@ -48,14 +48,15 @@ var (
 // binary carries none for it. The result is shared: do not modify Data.
 func Lookup(goarch string) *Envd {
 	name := Name(goarch)
-	data, err := files.ReadFile("bin/" + name)
-	if err != nil || len(data) == 0 {
-		return nil
-	}
 	mu.Lock()
 	defer mu.Unlock()
 	if e := hashed[name]; e != nil {
 		return e
+	}
+	// ReadFile copies the executable, so it is read once, here.
+	data, err := files.ReadFile("bin/" + name)
+	if err != nil || len(data) == 0 {
+		return nil
 	}
 	sum := sha256.Sum256(data)
 	e := &Envd{Name: name, Data: data, SHA256: hex.EncodeToString(sum[:])}

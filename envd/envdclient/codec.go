@@ -17,7 +17,8 @@ import (
 // (see outputBuffer) instead of a new one per message, which under bulk
 // output is most of what the client allocates. Every other message, and an
 // output event in any but the plain encoding envd sends, is decoded by
-// proto.Unmarshal.
+// proto.Unmarshal. It has no MarshalStable: connect-go uses that only for
+// HTTP GET calls of side-effect-free methods, which Process has none of.
 type processCodec struct{}
 
 func (processCodec) Name() string   { return "proto" }
@@ -37,14 +38,6 @@ func (processCodec) MarshalAppend(dst []byte, msg any) ([]byte, error) {
 		return nil, fmt.Errorf("%T is not a proto.Message", msg)
 	}
 	return proto.MarshalOptions{}.MarshalAppend(dst, m)
-}
-
-func (processCodec) MarshalStable(msg any) ([]byte, error) {
-	m, ok := msg.(proto.Message)
-	if !ok {
-		return nil, fmt.Errorf("%T is not a proto.Message", msg)
-	}
-	return proto.MarshalOptions{Deterministic: true}.Marshal(m)
 }
 
 func (processCodec) Unmarshal(data []byte, msg any) error {
@@ -76,20 +69,16 @@ func (processCodec) Unmarshal(data []byte, msg any) error {
 // sends for every chunk of output. Anything else reports false, for
 // proto.Unmarshal to decode.
 func decodeDataEvent(b []byte) (*process.ProcessEvent_DataEvent, bool) {
-	event, ok := onlyField(b, 1) // StartResponse.event, ConnectResponse.event
-	if !ok {
+	num, event, ok := onlyField(b)
+	if !ok || num != 1 { // StartResponse.event, ConnectResponse.event
 		return nil, false
 	}
-	data, ok := onlyField(event, 2) // ProcessEvent.data
-	if !ok {
+	num, data, ok := onlyField(event)
+	if !ok || num != 2 { // ProcessEvent.data
 		return nil, false
 	}
-	num, typ, n := protowire.ConsumeTag(data)
-	if n < 0 || typ != protowire.BytesType || num < 1 || num > 3 { // stdout, stderr, pty
-		return nil, false
-	}
-	payload, m := protowire.ConsumeBytes(data[n:])
-	if m < 0 || n+m != len(data) {
+	num, payload, ok := onlyField(data)
+	if !ok || num < 1 || num > 3 { // stdout, stderr, pty
 		return nil, false
 	}
 	out := outputBuffer(len(payload))
@@ -106,18 +95,18 @@ func decodeDataEvent(b []byte) (*process.ProcessEvent_DataEvent, bool) {
 	return d, true
 }
 
-// onlyField returns the contents of b's only field when that is field num
+// onlyField returns the number and contents of b's only field when that is
 // of wire type bytes.
-func onlyField(b []byte, num protowire.Number) ([]byte, bool) {
-	got, typ, n := protowire.ConsumeTag(b)
-	if n < 0 || got != num || typ != protowire.BytesType {
-		return nil, false
+func onlyField(b []byte) (protowire.Number, []byte, bool) {
+	num, typ, n := protowire.ConsumeTag(b)
+	if n < 0 || typ != protowire.BytesType {
+		return 0, nil, false
 	}
 	v, m := protowire.ConsumeBytes(b[n:])
 	if m < 0 || n+m != len(b) {
-		return nil, false
+		return 0, nil, false
 	}
-	return v, true
+	return num, v, true
 }
 
 // Output buffers are recycled in size classes of powers of two from

@@ -10,8 +10,6 @@ import (
 	"sync"
 	"testing"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/sandbox-mcp/sandbox-mcp/envd/daemon"
 	"github.com/sandbox-mcp/sandbox-mcp/envd/envdclient"
 	"github.com/sandbox-mcp/sandbox-mcp/envd/envdtest"
@@ -64,7 +62,7 @@ func TestUnixSocketCheck(t *testing.T) {
 	if err := c2.Health(t.Context()); !errors.Is(err, refuse) {
 		t.Fatalf("Health = %v; want the refusal", err)
 	}
-	if connected(t, ln.(*net.UnixListener)) {
+	if envdtest.Connected(t, ln.(*net.UnixListener)) {
 		t.Fatal("the refused socket was connected to")
 	}
 	// (A connection would have been seen.)
@@ -73,30 +71,7 @@ func TestUnixSocketCheck(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	if !connected(t, ln.(*net.UnixListener)) {
+	if !envdtest.Connected(t, ln.(*net.UnixListener)) {
 		t.Fatal("connected missed a waiting connection")
 	}
-}
-
-// connected reports whether a connection to ln is waiting to be accepted,
-// without waiting for one: a non-blocking accept(2) on the listening socket.
-func connected(t *testing.T, ln *net.UnixListener) bool {
-	t.Helper()
-	rc, err := ln.SyscallConn()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var acceptErr error
-	if err := rc.Control(func(fd uintptr) {
-		var nfd int
-		if nfd, _, acceptErr = unix.Accept4(int(fd), unix.SOCK_CLOEXEC); acceptErr == nil {
-			_ = unix.Close(nfd)
-		}
-	}); err != nil {
-		t.Fatal(err)
-	}
-	if acceptErr != nil && !errors.Is(acceptErr, unix.EAGAIN) {
-		t.Fatalf("accept: %v", acceptErr)
-	}
-	return acceptErr == nil
 }

@@ -4,7 +4,6 @@ package local
 
 import (
 	"bufio"
-	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -12,9 +11,8 @@ import (
 	"strings"
 	"testing"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/sandbox-mcp/sandbox-mcp/envd/envdclient"
+	"github.com/sandbox-mcp/sandbox-mcp/envd/envdtest"
 	"github.com/sandbox-mcp/sandbox-mcp/manage"
 )
 
@@ -33,29 +31,6 @@ func fakeSocket(t *testing.T) (string, *net.UnixListener) {
 	}
 	t.Cleanup(func() { _ = ln.Close() })
 	return path, ln
-}
-
-// connected reports whether a connection to ln is waiting to be accepted,
-// without waiting for one: a non-blocking accept(2).
-func connected(t *testing.T, ln *net.UnixListener) bool {
-	t.Helper()
-	rc, err := ln.SyscallConn()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var acceptErr error
-	if err := rc.Control(func(fd uintptr) {
-		var nfd int
-		if nfd, _, acceptErr = unix.Accept4(int(fd), unix.SOCK_CLOEXEC); acceptErr == nil {
-			_ = unix.Close(nfd)
-		}
-	}); err != nil {
-		t.Fatal(err)
-	}
-	if acceptErr != nil && !errors.Is(acceptErr, unix.EAGAIN) {
-		t.Fatalf("accept: %v", acceptErr)
-	}
-	return acceptErr == nil
 }
 
 // whoami asks the sandbox behind c for its hostname, which bwrap sets to
@@ -119,7 +94,7 @@ ln -s %[3]s /tmp/envd.sock`, insideRun, bSock, fake, filepath.Dir(aSock), p.dir(
 			t.Fatalf("round %d: A's own symlink is not visible to A: %v", round, err)
 		}
 	}
-	if connected(t, fakeLn) {
+	if envdtest.Connected(t, fakeLn) {
 		t.Error("the host socket the sandbox pointed at was connected to")
 	}
 	if got := whoami(t, cb); got != b.ID {
@@ -137,7 +112,7 @@ ln -s %[3]s /tmp/envd.sock`, insideRun, bSock, fake, filepath.Dir(aSock), p.dir(
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	if !connected(t, fakeLn) {
+	if !envdtest.Connected(t, fakeLn) {
 		t.Fatal("connected missed a waiting connection")
 	}
 }
@@ -273,7 +248,7 @@ func TestSocketPathCheckRefusesRedirects(t *testing.T) {
 			if err == nil || !envdclient.IsNotSent(err) || !strings.Contains(err.Error(), tc.wantInMessage) {
 				t.Fatalf("call through a redirected path = %v; want it refused before sending, saying %q", err, tc.wantInMessage)
 			}
-			if connected(t, fakeLn) {
+			if envdtest.Connected(t, fakeLn) {
 				t.Error("the host socket was connected to")
 			}
 		})
@@ -289,7 +264,7 @@ func TestSocketPathCheckRefusesRedirects(t *testing.T) {
 			t.Errorf("checkSocketPath(%s) passed", path)
 		}
 	}
-	if connected(t, fakeLn) {
+	if envdtest.Connected(t, fakeLn) {
 		t.Error("the host socket was connected to")
 	}
 }
@@ -329,7 +304,7 @@ func TestRestartMovesTheSocketOutOfReach(t *testing.T) {
 	if err != nil || !fi.IsDir() || fi.Mode().Perm() != 0o700 {
 		t.Errorf("ctl after the resume: %v, %v; want a 0700 directory", fi, err)
 	}
-	if connected(t, fakeLn) {
+	if envdtest.Connected(t, fakeLn) {
 		t.Error("the host socket the old layout pointed at was connected to")
 	}
 }
