@@ -110,8 +110,10 @@ type stdioConn struct {
 	session *stdioSession
 	out     io.Writer
 	// limit is the most bytes a tool result's message may take (0: none).
-	limit   int64
-	writeMu sync.Mutex // one message per Write, whole
+	limit int64
+	// notified counts the notifications written (see notifyCounter).
+	notified *notifyCounter
+	writeMu  sync.Mutex // one message per Write, whole
 }
 
 // stdioWork is one message to serve.
@@ -122,8 +124,9 @@ type stdioWork struct {
 }
 
 // serveStdioConn serves in and out until in ends (nil) or ctx does (its
-// error); calls still running then are cancelled and waited for.
-func (s *Server) serveStdioConn(ctx context.Context, in io.Reader, out io.Writer) error {
+// error); calls still running then are cancelled and waited for. Each
+// notification written to out is counted in notified.
+func (s *Server) serveStdioConn(ctx context.Context, in io.Reader, out io.Writer, notified *notifyCounter) error {
 	session := newStdioSession()
 	if err := s.mcp.RegisterSession(ctx, session); err != nil {
 		return fmt.Errorf("register the stdio session: %w", err)
@@ -132,7 +135,7 @@ func (s *Server) serveStdioConn(ctx context.Context, in io.Reader, out io.Writer
 	ctx = s.mcp.WithContext(ctx, session)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	c := &stdioConn{s: s, session: session, out: out, limit: s.cfg.MaxStdioMessageBytes}
+	c := &stdioConn{s: s, session: session, out: out, limit: s.cfg.MaxStdioMessageBytes, notified: notified}
 	if c.limit > 0 {
 		ctx = tools.WithMessageLimit(ctx, c.limit)
 	}
@@ -266,12 +269,14 @@ func (c *stdioConn) serve(w stdioWork) {
 	}
 }
 
-// forwardNotifications writes the session's notifications until ctx ends.
+// forwardNotifications writes the session's notifications, counting each,
+// until ctx ends.
 func (c *stdioConn) forwardNotifications(ctx context.Context) {
 	for {
 		select {
 		case n := <-c.session.notifications:
 			c.write(ctx, n)
+			c.notified.wrote()
 		case <-ctx.Done():
 			return
 		}
