@@ -220,15 +220,18 @@ func (c *stdioConn) dispatch(ctx context.Context, line []byte, queue chan<- stdi
 	if small, args, ok := tools.SplitToolCall(line, c.s.splitsArguments); ok {
 		msg, callCtx = small, tools.WithArguments(ctx, args)
 	}
-	if !json.Valid(msg) {
-		c.write(ctx, mcp.NewJSONRPCError(mcp.NewRequestId(nil), mcp.PARSE_ERROR, "Parse error", nil))
-		return nil
-	}
 	var base struct {
 		Method string `json:"method"`
 		ID     any    `json:"id,omitempty"`
 	}
-	parsed := json.Unmarshal(msg, &base) == nil
+	// Unmarshal checks the whole message is JSON before it decodes.
+	err := json.Unmarshal(msg, &base)
+	var syntaxErr *json.SyntaxError
+	if errors.As(err, &syntaxErr) {
+		c.write(ctx, mcp.NewJSONRPCError(mcp.NewRequestId(nil), mcp.PARSE_ERROR, "Parse error", nil))
+		return nil
+	}
+	parsed := err == nil
 	w := stdioWork{ctx: callCtx, id: base.ID, msg: msg}
 	switch {
 	case parsed && base.Method == string(mcp.MethodToolsCall):
