@@ -176,7 +176,7 @@ func exerciseTools(t *testing.T, c *mcpclient.Client) {
 	ok("workspace_info", map[string]any{})
 }
 
-// TestStdioProgressAndCancel: a client that sent a progress token receives
+// TestStdioProgress: a client that sent a progress token receives
 // progress during a 3 s command.
 func TestStdioProgress(t *testing.T) {
 	c := stdioClient(t)
