@@ -111,14 +111,15 @@ func runLongRunning(t *testing.T, n *newcomer, cmd string, check func(ready stri
 	check(strings.TrimSpace(strings.TrimPrefix(line, "ready ")))
 }
 
-func initialize(t *testing.T, ctx context.Context, c *mcpclient.Client) {
+// initialize starts c and initializes the session (revision 2025-11-25).
+func initialize(t testing.TB, ctx context.Context, c *mcpclient.Client) {
 	t.Helper()
 	if err := c.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
 	init := mcp.InitializeRequest{}
 	init.Params.ProtocolVersion = mcp.ProtocolVersion20251125
-	init.Params.ClientInfo = mcp.Implementation{Name: "readme-test", Version: "0"}
+	init.Params.ClientInfo = mcp.Implementation{Name: "sandbox-mcp-test", Version: "0"}
 	if _, err := c.Initialize(ctx, init); err != nil {
 		t.Fatal(err)
 	}

@@ -33,16 +33,7 @@ func stdioClient(t testing.TB, extra ...string) *mcpclient.Client {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
-	ctx := context.Background()
-	if err := c.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	init := mcp.InitializeRequest{}
-	init.Params.ProtocolVersion = mcp.ProtocolVersion20251125
-	init.Params.ClientInfo = mcp.Implementation{Name: "stdio-test", Version: "0"}
-	if _, err := c.Initialize(ctx, init); err != nil {
-		t.Fatal(err)
-	}
+	initialize(t, context.Background(), c)
 	return c
 }
 
@@ -185,7 +176,7 @@ func exerciseTools(t *testing.T, c *mcpclient.Client) {
 	ok("workspace_info", map[string]any{})
 }
 
-// TestStdioProgressAndCancel: a client that sent a progress token receives
+// TestStdioProgress: a client that sent a progress token receives
 // progress during a 3 s command.
 func TestStdioProgress(t *testing.T) {
 	c := stdioClient(t)

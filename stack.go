@@ -70,7 +70,7 @@ func (o *serveOptions) registerSandboxFlags(fs *flag.FlagSet) {
 	def := tools.DefaultConfig()
 	o.outputLimit, o.maxPutBytes, o.maxReadBytes = byteSize(def.OutputLimit), byteSize(def.MaxPutBytes), byteSize(def.MaxReadBytes)
 	o.stageRoots = cmdline.KeyValues{}
-	fs.StringVar(&o.provider, "provider", "local", "sandbox provider: local or docker (e2b is planned)")
+	fs.StringVar(&o.provider, "provider", providerLocal, "sandbox provider: local or docker (e2b is planned)")
 	fs.StringVar(&o.isolation, "isolation", "auto", "local isolation: auto (bwrap when it works), bwrap, or none (unisolated, loudly warned)")
 	fs.BoolVar(&o.network, "network", false, "give sandboxes network access")
 	fs.DurationVar(&o.defaultTimeout, "default-timeout", def.DefaultTimeout, "timeout of a command when the model gives no timeout_sec")

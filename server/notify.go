@@ -3,7 +3,6 @@ package server
 import (
 	"bytes"
 	"context"
-	"io"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -35,7 +34,7 @@ const flushTimeout = 2 * time.Second
 // finds the request done, so every notification it took is written; over
 // stdio the notification channel is FIFO with one writer, so once the count
 // of written notifications reaches the count of queued ones, this call's
-// are out.
+// are out (stdioConn.forwardNotifications counts them as it writes them).
 
 // notifyCounter counts the notifications queued for and written to one
 // output: an HTTP response (per request) or stdout (the stdio session).
@@ -113,25 +112,6 @@ func (w sseCounter) Flush() {
 }
 
 func (w sseCounter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
-
-// stdioCounter counts the notifications written to stdout.
-type stdioCounter struct {
-	w       io.Writer
-	counter *notifyCounter
-}
-
-var notificationMarker = []byte(`"method":"notifications/`)
-
-func (w stdioCounter) Write(p []byte) (int, error) {
-	n, err := w.w.Write(p)
-	// mcp-go writes each message, one JSON object and a newline, with one
-	// Write call; a notification has a method and no id.
-	head := p[:min(len(p), 64)]
-	if bytes.Contains(head, notificationMarker) && !bytes.Contains(head, []byte(`"id":`)) {
-		w.counter.wrote()
-	}
-	return n, err
-}
 
 // countingSession counts the notifications sent through a session. It
 // passes on the optional behaviours a tool handler's notifications depend

@@ -23,7 +23,7 @@ func (s *Server) ServeStdio(ctx context.Context, in io.Reader, out io.Writer) er
 	// The calls' contexts derive from this one: the counter there makes
 	// bindWorkspace flush each call's notifications before its result.
 	counter := newNotifyCounter()
-	err := s.serveStdioConn(context.WithValue(ctx, notifyCounterKey{}, counter), in, stdioCounter{w: out, counter: counter})
+	err := s.serveStdioConn(context.WithValue(ctx, notifyCounterKey{}, counter), in, out, counter)
 	if ctx.Err() != nil && (err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) {
 		err = nil
 	}

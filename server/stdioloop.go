@@ -110,8 +110,10 @@ type stdioConn struct {
 	session *stdioSession
 	out     io.Writer
 	// limit is the most bytes a tool result's message may take (0: none).
-	limit   int64
-	writeMu sync.Mutex // one message per Write, whole
+	limit int64
+	// notified counts the notifications written (see notifyCounter).
+	notified *notifyCounter
+	writeMu  sync.Mutex // one message per Write, whole
 }
 
 // stdioWork is one message to serve.
@@ -122,8 +124,9 @@ type stdioWork struct {
 }
 
 // serveStdioConn serves in and out until in ends (nil) or ctx does (its
-// error); calls still running then are cancelled and waited for.
-func (s *Server) serveStdioConn(ctx context.Context, in io.Reader, out io.Writer) error {
+// error); calls still running then are cancelled and waited for. Each
+// notification written to out is counted in notified.
+func (s *Server) serveStdioConn(ctx context.Context, in io.Reader, out io.Writer, notified *notifyCounter) error {
 	session := newStdioSession()
 	if err := s.mcp.RegisterSession(ctx, session); err != nil {
 		return fmt.Errorf("register the stdio session: %w", err)
@@ -132,7 +135,7 @@ func (s *Server) serveStdioConn(ctx context.Context, in io.Reader, out io.Writer
 	ctx = s.mcp.WithContext(ctx, session)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	c := &stdioConn{s: s, session: session, out: out, limit: s.cfg.MaxStdioMessageBytes}
+	c := &stdioConn{s: s, session: session, out: out, limit: s.cfg.MaxStdioMessageBytes, notified: notified}
 	if c.limit > 0 {
 		ctx = tools.WithMessageLimit(ctx, c.limit)
 	}
@@ -217,15 +220,18 @@ func (c *stdioConn) dispatch(ctx context.Context, line []byte, queue chan<- stdi
 	if small, args, ok := tools.SplitToolCall(line, c.s.splitsArguments); ok {
 		msg, callCtx = small, tools.WithArguments(ctx, args)
 	}
-	if !json.Valid(msg) {
-		c.write(ctx, mcp.NewJSONRPCError(mcp.NewRequestId(nil), mcp.PARSE_ERROR, "Parse error", nil))
-		return nil
-	}
 	var base struct {
 		Method string `json:"method"`
 		ID     any    `json:"id,omitempty"`
 	}
-	parsed := json.Unmarshal(msg, &base) == nil
+	// Unmarshal checks the whole message is JSON before it decodes.
+	err := json.Unmarshal(msg, &base)
+	var syntaxErr *json.SyntaxError
+	if errors.As(err, &syntaxErr) {
+		c.write(ctx, mcp.NewJSONRPCError(mcp.NewRequestId(nil), mcp.PARSE_ERROR, "Parse error", nil))
+		return nil
+	}
+	parsed := err == nil
 	w := stdioWork{ctx: callCtx, id: base.ID, msg: msg}
 	switch {
 	case parsed && base.Method == string(mcp.MethodToolsCall):
@@ -266,12 +272,14 @@ func (c *stdioConn) serve(w stdioWork) {
 	}
 }
 
-// forwardNotifications writes the session's notifications until ctx ends.
+// forwardNotifications writes the session's notifications, counting each,
+// until ctx ends.
 func (c *stdioConn) forwardNotifications(ctx context.Context) {
 	for {
 		select {
 		case n := <-c.session.notifications:
 			c.write(ctx, n)
+			c.notified.wrote()
 		case <-ctx.Done():
 			return
 		}
