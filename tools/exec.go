@@ -243,12 +243,13 @@ func runExec(ctx context.Context, c *Call, in *execInput) (*execOutput, error) {
 		return startBackground(ctx, c, lease, r, cmd, plan, out)
 	}
 	// A plain command line runs without the shell (see plainWords); the
-	// shell after all when its first word is no executable in PATH.
+	// shell after all when its first word is no executable in PATH (envd's
+	// NotFound at start, before any process existed).
 	if words, plain := plainWords(in.Command); plain && !in.Login && cmd.Args[0] == "-c" {
 		direct := cmd
 		direct.Cmd, direct.Args = words[0], words[1:]
 		res, err := runForeground(ctx, c, lease, r, direct, plan, out)
-		if err == nil || !isExecNotFound(err) {
+		if err == nil || !envdclient.IsNotFound(err) {
 			return res, err
 		}
 	}
