@@ -9,10 +9,8 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
-	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -53,20 +51,11 @@ type rawStdio struct {
 	pid int
 }
 
-// cpuTime is the CPU time the server process has used so far (user and
-// system, from /proc), so that a benchmark can report the server's work
-// apart from the machine's load.
+// cpuTime is the CPU time the server process has used so far, so that a
+// benchmark can report the server's work apart from the machine's load.
 func (c *rawStdio) cpuTime(b *testing.B) time.Duration {
-	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", c.pid))
-	if err != nil {
-		b.Fatal(err)
-	}
-	// Fields after the command name in parentheses; utime and stime are the
-	// 14th and 15th fields of the line, in clock ticks of 1/100 s.
-	fields := strings.Fields(string(raw[bytes.LastIndexByte(raw, ')')+2:]))
-	utime, _ := strconv.ParseInt(fields[11], 10, 64)
-	stime, _ := strconv.ParseInt(fields[12], 10, 64)
-	return time.Duration(utime+stime) * 10 * time.Millisecond
+	b.Helper()
+	return processCPUTime(b, c.pid)
 }
 
 // reportServerCPU reports the server's CPU time per operation since start.

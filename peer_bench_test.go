@@ -83,12 +83,6 @@ func peerSession(b *testing.B) *stdioSession {
 	return startStdioSession(b, env, node, entry)
 }
 
-// peerText is the text of a peer tool result.
-func peerText(b *testing.B, s *stdioSession, name string, args map[string]any) string {
-	b.Helper()
-	return textOf(s.call(b, name, args))
-}
-
 // BenchmarkPeerWriteFile is Desktop Commander's write_file of the same text
 // files as BenchmarkStdioBinaryPutFiles, over stdio.
 func BenchmarkPeerWriteFile(b *testing.B) {
@@ -100,7 +94,7 @@ func BenchmarkPeerWriteFile(b *testing.B) {
 		// mode rewrite: without it the peer refuses to replace a file.
 		args := map[string]any{"path": path, "content": text, "mode": "rewrite"}
 		b.Run(ts.name, func(b *testing.B) {
-			peerText(b, s, "write_file", args)
+			s.call(b, "write_file", args)
 			if got, err := os.ReadFile(path); err != nil || string(got) != text {
 				b.Fatalf("write_file wrote %d bytes that differ from the %d sent (%v)", len(got), len(text), err)
 			}
@@ -126,7 +120,7 @@ func BenchmarkPeerReadFile(b *testing.B) {
 		b.Run(ts.name, func(b *testing.B) {
 			// The peer returns a header line, then the lines without
 			// the file's last newline.
-			if got := peerText(b, s, "read_file", args); !strings.HasSuffix(got, "\n\n"+strings.TrimSuffix(text, "\n")) {
+			if got := textOf(s.call(b, "read_file", args)); !strings.HasSuffix(got, "\n\n"+strings.TrimSuffix(text, "\n")) {
 				b.Fatalf("read_file returned %d bytes without the %d of the file: %.300q", len(got), len(text), got)
 			}
 			b.SetBytes(int64(ts.size))
@@ -141,7 +135,7 @@ func BenchmarkPeerReadFile(b *testing.B) {
 func BenchmarkPeerStartProcessTrue(b *testing.B) {
 	s := peerSession(b)
 	args := map[string]any{"command": "true", "timeout_ms": 30000}
-	if got := peerText(b, s, "start_process", args); !strings.Contains(got, "Process started") {
+	if got := textOf(s.call(b, "start_process", args)); !strings.Contains(got, "Process started") {
 		b.Fatalf("start_process true: %s", got)
 	}
 	s.timedCalls(b, "start_process", args)

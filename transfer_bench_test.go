@@ -146,11 +146,17 @@ func (s *stdioSession) timedCalls(b *testing.B, name string, args map[string]any
 	envdtest.ReportPercentiles(b, ds)
 }
 
-// cpuTime is the user and system CPU time the server process has used, from
-// /proc (10 ms resolution).
+// cpuTime is the user and system CPU time the server process has used.
 func (s *stdioSession) cpuTime(b *testing.B) time.Duration {
 	b.Helper()
-	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", s.cmd.Process.Pid))
+	return processCPUTime(b, s.cmd.Process.Pid)
+}
+
+// processCPUTime is the user and system CPU time process pid has used, from
+// /proc (10 ms resolution).
+func processCPUTime(b *testing.B, pid int) time.Duration {
+	b.Helper()
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -160,7 +166,7 @@ func (s *stdioSession) cpuTime(b *testing.B) time.Duration {
 	utime, err1 := strconv.ParseInt(f[11], 10, 64)
 	stime, err2 := strconv.ParseInt(f[12], 10, 64)
 	if err1 != nil || err2 != nil {
-		b.Fatalf("/proc/%d/stat: %q", s.cmd.Process.Pid, raw)
+		b.Fatalf("/proc/%d/stat: %q", pid, raw)
 	}
 	const ticksPerSecond = 100 // USER_HZ on Linux
 	return time.Duration(utime+stime) * time.Second / ticksPerSecond

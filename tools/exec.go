@@ -242,23 +242,26 @@ func runExec(ctx context.Context, c *Call, in *execInput) (*execOutput, error) {
 	if in.Background {
 		return startBackground(ctx, c, lease, r, cmd, plan, out)
 	}
+	claim := newRunClaim(c.d, c.ws.Key, lease.Generation, r.root, lease.Client)
 	// A plain command line runs without the shell (see plainWords); the
-	// shell after all when its first word is no executable in PATH.
+	// shell after all when its first word is no executable in PATH (envd's
+	// NotFound at start, before any process existed). The shell's run keeps
+	// the run id: the direct start wrote nothing under it.
 	if words, plain := plainWords(in.Command); plain && !in.Login && cmd.Args[0] == "-c" {
 		direct := cmd
 		direct.Cmd, direct.Args = words[0], words[1:]
-		res, err := runForeground(ctx, c, lease, r, direct, plan, out)
-		if err == nil || !isExecNotFound(err) {
+		res, err := runForeground(ctx, c, lease, r, claim, direct, plan, out)
+		if err == nil || !envdclient.IsNotFound(err) {
 			return res, err
 		}
 	}
-	return runForeground(ctx, c, lease, r, cmd, plan, out)
+	return runForeground(ctx, c, lease, r, claim, cmd, plan, out)
 }
 
-// runForeground runs cmd, streaming each output stream into its log while
-// keeping only head and tail in memory, and shapes the result.
-func runForeground(ctx context.Context, c *Call, lease *manage.Lease, r *pathResolver, cmd envdclient.Command, plan *execPlan, out *execOutput) (*execOutput, error) {
-	claim := newRunClaim(c.d, c.ws.Key, lease.Generation, r.root, lease.Client)
+// runForeground runs cmd under claim's run id, streaming each output stream
+// into its log while keeping only head and tail in memory, and shapes the
+// result.
+func runForeground(ctx context.Context, c *Call, lease *manage.Lease, r *pathResolver, claim *runClaim, cmd envdclient.Command, plan *execPlan, out *execOutput) (*execOutput, error) {
 	cmd.Tag = newProcessTag(tagFg, claim.ID())
 	if plan.in.Stdin != nil {
 		cmd.Stdin = strings.NewReader(*plan.in.Stdin)

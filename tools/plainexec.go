@@ -1,11 +1,6 @@
 package tools
 
-import (
-	"errors"
-	"strings"
-
-	"connectrpc.com/connect"
-)
+import "strings"
 
 // A command line of plain words ("ls -la src", "python3 app.py", "true")
 // needs no shell: bash would only look its first word up in PATH and run
@@ -66,10 +61,3 @@ var shellWords = func() map[string]bool {
 	}
 	return m
 }()
-
-// isExecNotFound reports whether err says a direct start found no such
-// executable: envd's NotFound at start, before any process existed.
-func isExecNotFound(err error) bool {
-	var ce *connect.Error
-	return errors.As(err, &ce) && ce.Code() == connect.CodeNotFound && strings.Contains(ce.Message(), "executable file not found")
-}

@@ -33,9 +33,9 @@ func TestPlainWords(t *testing.T) {
 }
 
 // TestPlainCommandRunsDirectly: a plain command line runs without a shell,
-// gets the login environment, and a first
-// word that is no executable falls back to the shell, whose message and
-// exit status 127 the model reads; shell syntax still goes to the shell.
+// gets the login environment, and a first word that is no executable falls
+// back to the shell, under the same run id, whose message and exit status
+// 127 the model reads; shell syntax still goes to the shell.
 func TestPlainCommandRunsDirectly(t *testing.T) {
 	h := newHarness(t, harnessOptions{})
 	h.ok("put_files", map[string]any{"files": []map[string]any{{"path": ".bash_profile", "content": "export SMCP_PLAIN=from-profile\n"}}}, nil)
@@ -60,6 +60,11 @@ func TestPlainCommandRunsDirectly(t *testing.T) {
 	missing := h.execOK(map[string]any{"command": "no-such-command-here --flag"})
 	if missing.ExitCode == nil || *missing.ExitCode != 127 || missing.Stderr == nil || !strings.Contains(*missing.Stderr, "command not found") {
 		t.Errorf("a missing command: exit %v, stderr %v; want 127 and the shell's message", missing.ExitCode, missing.Stderr)
+	}
+	// The failed direct start takes no run id of its own.
+	prev, _ := parseHandle(env.RunID)
+	if ref, ok := parseHandle(missing.RunID); !ok || ref.run != prev.run+1 {
+		t.Errorf("run ids %s then %s: the shell's run after a failed direct start should follow on", env.RunID, missing.RunID)
 	}
 	shell := h.execOK(map[string]any{"command": "echo $SMCP_PLAIN"})
 	if shell.Stdout == nil || *shell.Stdout != "from-profile\n" {

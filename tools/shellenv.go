@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"path"
 	"strings"
 	"sync"
@@ -80,12 +81,8 @@ func (p shellProfile) command(line string, login bool, user map[string]string) (
 		return p.shell, []string{"-c", line}, p.env
 	}
 	env := make(map[string]string, len(p.env)+len(user))
-	for k, v := range p.env {
-		env[k] = v
-	}
-	for k, v := range user {
-		env[k] = v
-	}
+	maps.Copy(env, p.env)
+	maps.Copy(env, user)
 	return p.shell, []string{"-c", line}, env
 }
 
