@@ -92,16 +92,7 @@ func startStdioSession(b *testing.B, env []string, command string, args ...strin
 	}
 	s.c = c
 	b.Cleanup(func() { c.Close() })
-	ctx := context.Background()
-	if err := c.Start(ctx); err != nil {
-		b.Fatal(err)
-	}
-	init := mcp.InitializeRequest{}
-	init.Params.ProtocolVersion = mcp.ProtocolVersion20251125
-	init.Params.ClientInfo = mcp.Implementation{Name: "transfer-bench", Version: "0"}
-	if _, err := c.Initialize(ctx, init); err != nil {
-		b.Fatalf("initialize %s: %v", command, err)
-	}
+	initialize(b, context.Background(), c)
 	return s
 }
 
