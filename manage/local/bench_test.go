@@ -5,6 +5,7 @@ package local
 import (
 	"context"
 	"os/exec"
+	"path/filepath"
 	"syscall"
 	"testing"
 	"time"
@@ -112,4 +113,18 @@ func BenchmarkExecTrue(b *testing.B) {
 		samples = append(samples, time.Since(start))
 	}
 	envdtest.ReportPercentiles(b, samples)
+}
+
+// BenchmarkCheckSocketPath is what the envd client adds to each new
+// connection to a sandbox's socket (not to each call: connections are
+// reused): one stat and four lstats (checkSocketPath).
+func BenchmarkCheckSocketPath(b *testing.B) {
+	p := newProvider(b, Config{Isolation: IsolationNone})
+	sb := create(b, p, manage.SandboxConfig{})
+	path := socketPath(filepath.Join(p.sandboxesDir, sb.ID))
+	for b.Loop() {
+		if err := p.checkSocketPath(path); err != nil {
+			b.Fatal(err)
+		}
+	}
 }
