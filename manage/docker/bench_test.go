@@ -14,47 +14,15 @@ import (
 	"github.com/sandbox-mcp/sandbox-mcp/envd/envdtest"
 	"github.com/sandbox-mcp/sandbox-mcp/manage"
 	"github.com/sandbox-mcp/sandbox-mcp/manage/docker/dockertest"
+	"github.com/sandbox-mcp/sandbox-mcp/manage/managetest"
 )
 
 // BenchmarkCreateToFirstRun measures a cold Create (container create,
 // attach, start, envd ready, socket linked) and the first Run of `true`
 // through the envd client: what a first tool call waits for. Kill is
-// outside the timer.
+// outside the timer. See managetest.BenchCreateToFirstRun.
 func BenchmarkCreateToFirstRun(b *testing.B) {
-	p := newProvider(b, nil)
-	ctx := context.Background()
-	var samples, creates, runs []time.Duration
-	for b.Loop() {
-		start := time.Now()
-		sb, err := p.Create(ctx, manage.SandboxConfig{})
-		if err != nil {
-			b.Fatal(err)
-		}
-		created := time.Now()
-		ep, err := p.Endpoint(ctx, sb.ID)
-		if err != nil {
-			b.Fatal(err)
-		}
-		c, err := envdclient.New(ep.URL, envdclient.WithEnvdVersion(ep.EnvdVersion))
-		if err != nil {
-			b.Fatal(err)
-		}
-		res, err := c.Run(ctx, envdclient.Command{Cmd: "true"}, envdclient.RunOptions{})
-		if err != nil || res.ExitCode != 0 {
-			b.Fatalf("run true: %+v, %v", res, err)
-		}
-		samples = append(samples, time.Since(start))
-		creates, runs = append(creates, created.Sub(start)), append(runs, time.Since(created))
-		b.StopTimer()
-		c.Close()
-		if err := p.Kill(ctx, sb.ID); err != nil {
-			b.Fatal(err)
-		}
-		b.StartTimer()
-	}
-	envdtest.ReportPercentiles(b, samples)
-	envdtest.ReportPercentilesOf(b, "create", creates)
-	envdtest.ReportPercentilesOf(b, "first-run", runs)
+	managetest.BenchCreateToFirstRun(b, newProvider(b, nil))
 }
 
 // BenchmarkExecTrue compares running `true` in a running sandbox through

@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 
 	"github.com/sandbox-mcp/sandbox-mcp/envd/envdbin"
+	"github.com/sandbox-mcp/sandbox-mcp/manage/internal/contentfile"
 )
 
 // envdPrefix starts the name of an installed envd binary in
@@ -60,22 +61,7 @@ func installEnvd(binDir, src string) (string, error) {
 	if err := os.MkdirAll(binDir, 0o755); err != nil {
 		return "", fmt.Errorf("envd binary: %w", err)
 	}
-	tmp, err := os.CreateTemp(binDir, "."+envdPrefix+"*.tmp")
-	if err != nil {
-		return "", fmt.Errorf("envd binary: %w", err)
-	}
-	_, err = tmp.Write(data)
-	if err == nil {
-		err = tmp.Chmod(0o755)
-	}
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp.Name(), dst)
-	}
-	if err != nil {
-		_ = os.Remove(tmp.Name())
+	if _, err := contentfile.Write(binDir, envdPrefix, bytes.NewReader(data)); err != nil {
 		return "", fmt.Errorf("envd binary: install in %s: %w", binDir, err)
 	}
 	return dst, nil

@@ -235,13 +235,7 @@ func ResolveHost(host string) string {
 
 // resolveDefaults fills the package defaults into zero fields of lim.
 func resolveDefaults(lim manage.Limits) manage.Limits {
-	if lim.MemoryBytes == 0 {
-		lim.MemoryBytes = manage.HalfHostMemory()
-	}
-	if lim.Pids == 0 {
-		lim.Pids = DefaultPids
-	}
-	return lim
+	return lim.Or(manage.Limits{MemoryBytes: manage.HalfHostMemory(), Pids: DefaultPids})
 }
 
 // Name returns "docker".

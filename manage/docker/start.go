@@ -3,19 +3,19 @@
 package docker
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"os"
-	"strings"
 	"sync"
 	"time"
 
 	"connectrpc.com/connect"
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/pkg/stdcopy"
+
+	"github.com/sandbox-mcp/sandbox-mcp/manage/internal/envdready"
 )
 
 // start starts sandbox id's container and returns once its envd is ready
@@ -49,22 +49,9 @@ func (p *Provider) start(ctx context.Context, id string) error {
 	if err := p.cli.ContainerStart(ctx, name, container.StartOptions{}); err != nil {
 		return engineError("start sandbox "+id, err)
 	}
-	ready := make(chan error, 1)
-	go func() {
-		line, err := bufio.NewReader(outR).ReadString('\n')
-		switch {
-		case strings.HasPrefix(line, "ready "):
-			ready <- nil
-		case err != nil:
-			ready <- err
-		default:
-			ready <- fmt.Errorf("unexpected output %q", line)
-		}
-	}()
-	select {
-	case err = <-ready:
-	case <-ctx.Done():
-		return engineError("start sandbox "+id+": waiting for envd", ctx.Err())
+	err = envdready.Wait(ctx, outR)
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return engineError("start sandbox "+id+": waiting for envd", err)
 	}
 	if err != nil {
 		detail := "envd did not report ready (" + err.Error() + ")"

@@ -5,14 +5,15 @@ package local
 import (
 	"context"
 	"os/exec"
+	"path/filepath"
 	"syscall"
 	"testing"
 	"time"
 
-	"github.com/sandbox-mcp/sandbox-mcp/envd/envdclient"
 	"github.com/sandbox-mcp/sandbox-mcp/envd/envdtest"
 	"github.com/sandbox-mcp/sandbox-mcp/internal/testenv"
 	"github.com/sandbox-mcp/sandbox-mcp/manage"
+	"github.com/sandbox-mcp/sandbox-mcp/manage/managetest"
 )
 
 // BenchmarkCreateToFirstRun measures a cold Create and the first Run of
@@ -32,40 +33,7 @@ func BenchmarkCreateToFirstRun(b *testing.B) {
 			default:
 				p = needBwrap(b, Config{EnvdBinary: serverBinary})
 			}
-			ctx := context.Background()
-			var samples, creates, runs []time.Duration
-			for b.Loop() {
-				start := time.Now()
-				sb, err := p.Create(ctx, manage.SandboxConfig{})
-				if err != nil {
-					b.Fatal(err)
-				}
-				created := time.Now()
-				ep, err := p.Endpoint(ctx, sb.ID)
-				if err != nil {
-					b.Fatal(err)
-				}
-				c, err := envdclient.New(ep.URL, envdclient.WithEnvdVersion(ep.EnvdVersion))
-				if err != nil {
-					b.Fatal(err)
-				}
-				res, err := c.Run(ctx, envdclient.Command{Cmd: "true"}, envdclient.RunOptions{})
-				if err != nil || res.ExitCode != 0 {
-					b.Fatalf("run true: %+v, %v", res, err)
-				}
-				samples = append(samples, time.Since(start))
-				creates, runs = append(creates, created.Sub(start)), append(runs, time.Since(created))
-				b.StopTimer()
-				c.Close()
-				if err := p.Kill(ctx, sb.ID); err != nil {
-					b.Fatal(err)
-				}
-				b.StartTimer()
-			}
-			envdtest.ReportPercentiles(b, samples)
-			// The parts: Create alone, then client and first Run.
-			envdtest.ReportPercentilesOf(b, "create", creates)
-			envdtest.ReportPercentilesOf(b, "run", runs)
+			managetest.BenchCreateToFirstRun(b, p)
 		})
 	}
 }
@@ -145,4 +113,18 @@ func BenchmarkExecTrue(b *testing.B) {
 		samples = append(samples, time.Since(start))
 	}
 	envdtest.ReportPercentiles(b, samples)
+}
+
+// BenchmarkCheckSocketPath is what the envd client adds to each new
+// connection to a sandbox's socket (not to each call: connections are
+// reused): one stat and four lstats (checkSocketPath).
+func BenchmarkCheckSocketPath(b *testing.B) {
+	p := newProvider(b, Config{Isolation: IsolationNone})
+	sb := create(b, p, manage.SandboxConfig{})
+	path := socketPath(filepath.Join(p.sandboxesDir, sb.ID))
+	for b.Loop() {
+		if err := p.checkSocketPath(path); err != nil {
+			b.Fatal(err)
+		}
+	}
 }

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/sandbox-mcp/sandbox-mcp/envd/envdbin"
+	"github.com/sandbox-mcp/sandbox-mcp/manage/internal/contentfile"
 )
 
 // When the server runs as root, bwrap runs as an unprivileged host user
@@ -230,7 +231,7 @@ func installCopy(binDir, src string) (string, error) {
 	defer func() { _ = in.Close() }()
 	// Named after what was copied, which differs from the hash above if the
 	// binary was replaced in between.
-	return installFile(binDir, copyPrefix, in)
+	return contentfile.Write(binDir, copyPrefix, in)
 }
 
 // embeddedPath returns where installEmbedded puts e: binDir/sandbox-envd-<the
@@ -251,37 +252,7 @@ func installEmbedded(binDir string, e *envdbin.Envd) (string, error) {
 	if fi, err := os.Lstat(dst); err == nil && fi.Mode().IsRegular() {
 		return dst, nil
 	}
-	return installFile(binDir, embeddedPrefix, bytes.NewReader(e.Data))
-}
-
-// installFile writes r into binDir (mode 0755) as prefix followed by the
-// first 16 hex digits of its SHA-256: into a temporary file, renamed into
-// place once complete.
-func installFile(binDir, prefix string, r io.Reader) (string, error) {
-	tmp, err := os.CreateTemp(binDir, "."+prefix+"*.tmp")
-	if err != nil {
-		return "", err
-	}
-	h := sha256.New()
-	_, err = io.Copy(io.MultiWriter(tmp, h), r)
-	if err == nil {
-		err = tmp.Chmod(0o755)
-	}
-	if err == nil {
-		err = tmp.Sync()
-	}
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	dst := filepath.Join(binDir, prefix+hex.EncodeToString(h.Sum(nil))[:16])
-	if err == nil {
-		err = os.Rename(tmp.Name(), dst)
-	}
-	if err != nil {
-		_ = os.Remove(tmp.Name())
-		return "", err
-	}
-	return dst, nil
+	return contentfile.Write(binDir, embeddedPrefix, bytes.NewReader(e.Data))
 }
 
 // removeOldCopies marks keep as in use and deletes other copies and

@@ -423,16 +423,7 @@ func validCgroupName(s string) bool {
 
 // resolveDefaults fills the package defaults into zero fields of lim.
 func resolveDefaults(lim manage.Limits) manage.Limits {
-	if lim.MemoryBytes == 0 {
-		lim.MemoryBytes = manage.HalfHostMemory()
-	}
-	if lim.Pids == 0 {
-		lim.Pids = DefaultPids
-	}
-	if lim.NoFile == 0 {
-		lim.NoFile = DefaultNoFile
-	}
-	return lim
+	return lim.Or(manage.Limits{MemoryBytes: manage.HalfHostMemory(), Pids: DefaultPids, NoFile: DefaultNoFile})
 }
 
 // Name returns "local".

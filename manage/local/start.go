@@ -3,7 +3,6 @@
 package local
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -18,6 +17,8 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+
+	"github.com/sandbox-mcp/sandbox-mcp/manage/internal/envdready"
 )
 
 // sandboxSpec is what a daemon is started with, resolved from a
@@ -99,7 +100,7 @@ func (p *Provider) startDaemon(ctx context.Context, id, dir string, spec sandbox
 	if err != nil {
 		return nil, err
 	}
-	if err := readReady(ctx, files.readyR); err != nil {
+	if err := envdready.Wait(ctx, files.readyR); err != nil {
 		return nil, p.abortStart(ctx, id, d, "envd did not start", p.startFailure(ctx, d, err))
 	}
 	p.log.Debug("sandbox daemon started", "id", id, "pid", d.pid, "isolation", d.isolation,
@@ -325,29 +326,6 @@ func readInfo(ctx context.Context, r *os.File) (int, error) {
 		return res.pid, res.err
 	case <-ctx.Done():
 		return 0, ctx.Err()
-	}
-}
-
-// readReady waits for envd's "ready <addr>" line on the ready pipe. EOF
-// before it means the daemon died at start.
-func readReady(ctx context.Context, r *os.File) error {
-	ch := make(chan error, 1)
-	go func() {
-		line, err := bufio.NewReader(r).ReadString('\n')
-		switch {
-		case strings.HasPrefix(line, "ready "):
-			ch <- nil
-		case err != nil:
-			ch <- err
-		default:
-			ch <- fmt.Errorf("unexpected line %q on the ready pipe", line)
-		}
-	}()
-	select {
-	case err := <-ch:
-		return err
-	case <-ctx.Done():
-		return ctx.Err()
 	}
 }
 
