@@ -58,6 +58,8 @@ type ListOptions struct {
 	Metadata map[string]string
 	// PageSize is the page size asked for (1..100; 0: the API's 100).
 	PageSize int
+
+	onePage bool // stop after the first page
 }
 
 // List returns every sandbox that matches opts (GET /v2/sandboxes), following
@@ -95,7 +97,7 @@ func (c *Client) List(ctx context.Context, opts ListOptions) ([]e2bapi.ListedSan
 		}
 		all = append(all, page...)
 		next := resp.header.Get(e2bapi.HeaderNextToken)
-		if next == "" || len(page) == 0 || seen[next] {
+		if next == "" || len(page) == 0 || seen[next] || opts.onePage {
 			return all, nil
 		}
 		seen[next] = true
