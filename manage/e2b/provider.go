@@ -180,13 +180,9 @@ func New(ctx context.Context, cfg Config) (*Provider, error) {
 	return p, nil
 }
 
-// CheckAPIKey makes one cheap authenticated call (a list of at most one
-// sandbox): an error for which IsUnauthorized holds means the key is wrong.
-func (p *Provider) CheckAPIKey(ctx context.Context) error {
-	q := map[string]string{MetaOwner: p.owner}
-	_, err := p.api.List(ctx, ListOptions{Metadata: q, PageSize: 1, onePage: true})
-	return err
-}
+// CheckAPIKey makes one cheap authenticated call (Client.CheckKey): an
+// error for which IsUnauthorized holds means the key is wrong.
+func (p *Provider) CheckAPIKey(ctx context.Context) error { return p.api.CheckKey(ctx) }
 
 // Name returns "e2b".
 func (p *Provider) Name() string { return Name }

@@ -167,3 +167,11 @@ func (c *Client) Refresh(ctx context.Context, id string, d time.Duration) error 
 	_, err := c.do(ctx, call{op: "refresh sandbox " + id, method: http.MethodPost, path: sandboxPath(id, "/refreshes"), body: e2bapi.Refresh{Duration: seconds(d)}, retry: idempotent})
 	return err
 }
+
+// CheckKey makes the cheapest authenticated call there is (a list of at most
+// one sandbox): an error for which IsUnauthorized holds means the API key
+// is wrong.
+func (c *Client) CheckKey(ctx context.Context) error {
+	_, err := c.List(ctx, ListOptions{PageSize: 1, onePage: true})
+	return err
+}
