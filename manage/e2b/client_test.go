@@ -356,3 +356,21 @@ func TestParseRetryAfter(t *testing.T) {
 		}
 	}
 }
+
+// TestRetryAfterBeyondBudget checks that a Retry-After longer than what is
+// left of the call's timeout ends the call at once with the 429.
+func TestRetryAfterBeyondBudget(t *testing.T) {
+	fs := newFaultServer(t, func(w http.ResponseWriter, r *http.Request, _ int64) {
+		w.Header().Set("Retry-After", "120")
+		writeError(w, http.StatusTooManyRequests, "rate limited")
+	})
+	c, w := newTestClient(t, fs.URL, WithTimeout(5*time.Second))
+	_, err := c.Get(t.Context(), "abc")
+	var ae *APIError
+	if !errors.As(err, &ae) || ae.Status != http.StatusTooManyRequests || ae.RetryAfter != 120*time.Second {
+		t.Fatalf("Get = %v, want the 429 with its Retry-After", err)
+	}
+	if fs.requests.Load() != 1 || len(w.all()) != 0 {
+		t.Fatalf("%d requests, %d waits; want 1 and none", fs.requests.Load(), len(w.all()))
+	}
+}
