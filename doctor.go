@@ -22,6 +22,8 @@ func doctorCommand(fs *flag.FlagSet, g *globals) func(context.Context, []string)
 		rep := doctor.Run(ctx, doctor.Config{
 			Provider:     o.provider,
 			DockerHost:   o.dockerHost,
+			E2BAPIKey:    o.e2b.apiKey(),
+			E2BAPIURL:    o.e2b.resolvedAPIURL(),
 			Isolation:    o.isolation,
 			StateDir:     o.stateDir,
 			ArtifactsDir: o.toolsConfig().ArtifactsDir,

@@ -30,8 +30,12 @@ func TestDoctor(t *testing.T) {
 			t.Errorf("failing check %s has no fix", c.Name)
 		}
 	}
-	// A provider this version does not have fails.
-	if _, _, code := n.run("./sandbox-mcp doctor --provider e2b", nil); code != 1 {
-		t.Errorf("doctor --provider e2b: exit %d, want 1", code)
+	// A provider this version does not have fails, and so does e2b without
+	// an API key.
+	if _, _, code := n.run("./sandbox-mcp doctor --provider nosuch", nil); code != 1 {
+		t.Errorf("doctor --provider nosuch: exit %d, want 1", code)
+	}
+	if out, _, code := n.run("E2B_API_KEY= ./sandbox-mcp doctor --provider e2b", nil); code != 1 || !strings.Contains(out, "no API key") {
+		t.Errorf("doctor --provider e2b without a key: exit %d, want 1\n%s", code, out)
 	}
 }

@@ -92,6 +92,8 @@ func TestREADMECommands(t *testing.T) {
 				t.Log("not run here: it runs scripts/bench, minutes of benchmarks; docs/benchmarks.md is its output")
 			case strings.HasPrefix(cmd, "make "):
 				t.Log("not run here: scripts/test runs make lint and make checkgenerate (which runs generate), and go test -race (make test)")
+			case strings.Contains(cmd, "--provider e2b"):
+				t.Log("not run here: it needs an E2B API key (TestE2BWrongKey runs the binary with --provider e2b; manage/e2b tests the provider against an E2B-compatible API)")
 			case strings.HasPrefix(cmd, "./sandbox-mcp serve --http"):
 				runHTTPServe(t, n, cmd)
 			case strings.Contains(cmd, "./sandbox-mcp envd"):

@@ -17,6 +17,7 @@ import (
 	"github.com/sandbox-mcp/sandbox-mcp/manage"
 	"github.com/sandbox-mcp/sandbox-mcp/manage/boltstore"
 	"github.com/sandbox-mcp/sandbox-mcp/manage/docker"
+	"github.com/sandbox-mcp/sandbox-mcp/manage/e2b"
 	"github.com/sandbox-mcp/sandbox-mcp/server"
 	"github.com/sandbox-mcp/sandbox-mcp/tools"
 )
@@ -62,6 +63,7 @@ type serveOptions struct {
 	pids           int64
 	dockerImage    string
 	dockerHost     string
+	e2b            e2bOptions
 }
 
 // registerSandboxFlags adds the flags that shape sandboxes and tools; the
@@ -70,7 +72,7 @@ func (o *serveOptions) registerSandboxFlags(fs *flag.FlagSet) {
 	def := tools.DefaultConfig()
 	o.outputLimit, o.maxPutBytes, o.maxReadBytes = byteSize(def.OutputLimit), byteSize(def.MaxPutBytes), byteSize(def.MaxReadBytes)
 	o.stageRoots = cmdline.KeyValues{}
-	fs.StringVar(&o.provider, "provider", providerLocal, "sandbox provider: local or docker (e2b is planned)")
+	fs.StringVar(&o.provider, "provider", providerLocal, "sandbox provider: local, docker or e2b")
 	fs.StringVar(&o.isolation, "isolation", "auto", "local isolation: auto (bwrap when it works), bwrap, or none (unisolated, loudly warned)")
 	fs.BoolVar(&o.network, "network", false, "give sandboxes network access")
 	fs.DurationVar(&o.defaultTimeout, "default-timeout", def.DefaultTimeout, "timeout of a command when the model gives no timeout_sec")
@@ -92,6 +94,7 @@ func (o *serveOptions) registerSandboxFlags(fs *flag.FlagSet) {
 	fs.Int64Var(&o.pids, "pids", 0, "process limit per sandbox (0: the provider default)")
 	fs.StringVar(&o.dockerImage, "docker-image", docker.DefaultImage, "docker: the image sandboxes run (must be on the engine: it is never pulled)")
 	fs.StringVar(&o.dockerHost, "docker-host", "", "docker: the engine's address (default: $DOCKER_HOST, else "+docker.DefaultHost+")")
+	o.e2b.register(fs)
 }
 
 // toolsConfig is the tools' part of the options.
@@ -114,8 +117,11 @@ func (o *serveOptions) toolsConfig() tools.Config {
 // name follows the server's rule (server.ValidWorkspaceName), the same as
 // for the Sandbox-Workspace header.
 func (o *serveOptions) check() error {
-	if o.provider != providerLocal && o.provider != docker.Name {
-		return fmt.Errorf("--provider %q is not available in this version: local and docker are implemented (e2b is planned)", o.provider)
+	if o.provider != providerLocal && o.provider != docker.Name && o.provider != e2b.Name {
+		return fmt.Errorf("--provider %q: want local, docker or e2b", o.provider)
+	}
+	if o.provider == e2b.Name && o.e2b.apiKey() == "" {
+		return errors.New("--provider e2b needs an API key: set --e2b-api-key or E2B_API_KEY (from https://e2b.dev/dashboard)")
 	}
 	if err := providerUnavailable(o.provider, runtime.GOOS, runtime.GOARCH); err != nil {
 		return err
@@ -147,12 +153,13 @@ func (o *serveOptions) check() error {
 const providerLocal = "local"
 
 // providerUnavailable is why provider cannot run on goos/goarch, or nil
-// where it can. Both providers of this version need a Linux host: the local
-// one's sandboxes are namespaces and cgroups of this machine, and the
-// docker one reaches envd through a unix socket shared with the container,
-// which Docker Desktop's VM on macOS and Windows does not carry.
+// where it can. The e2b provider runs anywhere (its sandboxes are E2B's).
+// The others need a Linux host: the local one's sandboxes are namespaces
+// and cgroups of this machine, and the docker one reaches envd through a
+// unix socket shared with the container, which Docker Desktop's VM on macOS
+// and Windows does not carry.
 func providerUnavailable(provider, goos, goarch string) error {
-	if goos == "linux" {
+	if goos == "linux" || provider == e2b.Name {
 		return nil
 	}
 	if provider == docker.Name {
@@ -160,7 +167,7 @@ func providerUnavailable(provider, goos, goarch string) error {
 			"a loopback-port transport for Docker Desktop is planned", goos, goarch)
 	}
 	return fmt.Errorf("--provider local needs Linux (its sandboxes are namespaces and cgroups of this machine), and this is %s/%s: "+
-		"this version has no provider that runs here; the docker provider on a Mac or Windows engine is planned", goos, goarch)
+		"use --provider e2b here (E2B's sandboxes, or a Linux machine's `sandbox-mcp manage serve`); the docker provider on a Mac or Windows engine is planned", goos, goarch)
 }
 
 // sandboxProvider is what a stack needs of its provider: the Manager's

@@ -5,14 +5,19 @@ import (
 	"log/slog"
 
 	"github.com/sandbox-mcp/sandbox-mcp/manage/docker"
+	"github.com/sandbox-mcp/sandbox-mcp/manage/e2b"
 	"github.com/sandbox-mcp/sandbox-mcp/manage/local"
 )
 
-// newProvider starts the provider --provider names: docker (package
-// manage/docker) on its engine, else the local provider (package
+// newProvider starts the provider --provider names: e2b (package
+// manage/e2b) on E2B's API, docker (package manage/docker) on its engine,
+// else the local provider (package
 // manage/local) on the state directory, with the isolation asked for. On an
 // error it returns a nil interface, never a typed nil.
 func (o *serveOptions) newProvider(ctx context.Context, log *slog.Logger) (sandboxProvider, error) {
+	if o.provider == e2b.Name {
+		return o.newE2BProvider(ctx, log)
+	}
 	if o.provider == docker.Name {
 		p, err := docker.New(ctx, docker.Config{StateDir: o.stateDir, Image: o.dockerImage, Host: o.dockerHost, Logger: log})
 		if err != nil {

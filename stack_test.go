@@ -22,8 +22,9 @@ func TestWorkspaceFlag(t *testing.T) {
 	}
 }
 
-// TestProviderUnavailable checks that both providers are refused outside
-// Linux with the reason and what is planned, and accepted on Linux.
+// TestProviderUnavailable checks that the local and docker providers are
+// refused outside Linux with the reason and what is planned, and accepted on
+// Linux, and that e2b is accepted everywhere.
 func TestProviderUnavailable(t *testing.T) {
 	for _, provider := range []string{providerLocal, "docker"} {
 		if err := providerUnavailable(provider, "linux", "arm64"); err != nil {
@@ -39,6 +40,11 @@ func TestProviderUnavailable(t *testing.T) {
 					t.Errorf("%s on %s: %q lacks %q", provider, goos, err, want)
 				}
 			}
+		}
+	}
+	for _, goos := range []string{"linux", "darwin", "windows"} {
+		if err := providerUnavailable("e2b", goos, "amd64"); err != nil {
+			t.Errorf("e2b on %s: %v", goos, err)
 		}
 	}
 }

@@ -108,6 +108,9 @@ func (m *Manager) nextTransition(ws *workspace) transition {
 func (m *Manager) leaseLocked(ws *workspace, events []Event) *Lease {
 	ws.active++
 	ws.stopIdleLocked()
+	if ws.active == 1 {
+		m.startKeepAliveLocked(ws)
+	}
 	sb := *ws.sb
 	sb.State = ws.state
 	l := &Lease{Key: ws.key, Generation: ws.gen, Sandbox: sb, Client: ws.cli, m: m, ws: ws, acquired: time.Now()}
@@ -186,6 +189,10 @@ func (l *Lease) Release() {
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
 	ws.active--
+	if ws.active == 0 && ws.keepAlive != nil {
+		close(ws.keepAlive)
+		ws.keepAlive = nil
+	}
 	if ws.active == 0 && l.m.opts.IdlePause > 0 && ws.state == StateRunning && ws.sb != nil {
 		ws.stopIdleLocked()
 		ws.idle = time.AfterFunc(l.m.opts.IdlePause, func() { l.m.idlePause(ws) })
@@ -213,4 +220,51 @@ func (m *Manager) CheckHandle(key, handle string, gen int64) error {
 		return &StaleError{Handle: handle, HandleGeneration: gen, Generation: cur}
 	}
 	return nil
+}
+
+// startKeepAliveLocked starts the loop that keeps ws's sandbox alive while
+// leases on it are held, when the provider is a KeepAliver. Release stops
+// it when the last lease ends. Called with ws.mu held.
+func (m *Manager) startKeepAliveLocked(ws *workspace) {
+	ka, ok := m.opts.Provider.(KeepAliver)
+	if !ok || ws.keepAlive != nil {
+		return
+	}
+	stop := make(chan struct{})
+	ws.keepAlive = stop
+	interval := ka.KeepAliveInterval()
+	go func() {
+		for {
+			m.keepAlive(ws, ka, interval)
+			if interval <= 0 {
+				return
+			}
+			t := time.NewTimer(interval)
+			select {
+			case <-stop:
+				t.Stop()
+				return
+			case <-t.C:
+			}
+		}
+	}()
+}
+
+// keepAlive calls KeepAlive for ws's running sandbox unless it was called
+// for that sandbox less than interval ago.
+func (m *Manager) keepAlive(ws *workspace, ka KeepAliver, interval time.Duration) {
+	ws.mu.Lock()
+	if ws.sb == nil || ws.state != StateRunning ||
+		(ws.keptAliveID == ws.sb.ID && interval > 0 && time.Since(ws.keptAliveTime) < interval) {
+		ws.mu.Unlock()
+		return
+	}
+	id := ws.sb.ID
+	ws.keptAliveID, ws.keptAliveTime = id, time.Now()
+	ws.mu.Unlock()
+	ctx, cancel := m.callCtx()
+	defer cancel()
+	if err := ka.KeepAlive(ctx, id); err != nil {
+		m.log.Warn("could not extend the sandbox's time to live", "key", ws.key, "sandbox", id, "err", err)
+	}
 }

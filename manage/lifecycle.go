@@ -209,7 +209,7 @@ func (m *Manager) create(ws *workspace, f *flight, epoch uint64, gen int64, kind
 		return m.publish(ws, f, epoch, sb, recGen, kind, lost, false)
 	}
 	cfg := m.opts.Template
-	cfg.Key, cfg.Named = ws.key, named
+	cfg.Key, cfg.Named, cfg.Generation = ws.key, named, gen
 	ctx, cancel := context.WithTimeout(context.Background(), m.opts.CreateTimeout)
 	defer cancel()
 	sb, err := m.opts.Provider.Create(ctx, cfg)

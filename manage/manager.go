@@ -132,6 +132,10 @@ type workspace struct {
 	lastLoss *LostError // the most recent recreation, for late reporters of the same loss
 	lost     *LostError // set when the sandbox is lost and not replaced (AutoRecreate off)
 	gone     bool       // the workspace ended (session closed)
+
+	keepAlive     chan struct{} // closed to stop the keep-alive loop (KeepAliver providers) while leases are held
+	keptAliveID   string        // the sandbox the last KeepAlive was for
+	keptAliveTime time.Time     // and when it was sent
 }
 
 // takeSandboxLocked unpublishes the workspace's sandbox, so the next

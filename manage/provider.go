@@ -66,6 +66,9 @@ type SandboxConfig struct {
 	Key string
 	// Named marks a workspace that survives sessions and restarts.
 	Named bool
+	// Generation is the generation the sandbox will serve the workspace
+	// as (for labels; the Manager fills it in).
+	Generation int64
 	// Env is given to every process in the sandbox.
 	Env map[string]string
 	// Network enables outbound network access (off by default).
@@ -155,4 +158,20 @@ type Provider interface {
 	Kill(ctx context.Context, id string) error
 	// List returns the provider's sandboxes.
 	List(ctx context.Context) ([]Sandbox, error)
+}
+
+// KeepAliver is implemented by providers whose sandboxes end on their own
+// when a time to live runs out (E2B's). While operations hold leases on a
+// sandbox, the Manager calls KeepAlive when the first lease is taken and
+// then every KeepAliveInterval until the last one is released, so a long
+// command is not cut off by the provider's timeout. A failed KeepAlive is
+// logged and changes nothing: the operation goes on, and a loss, if that is
+// what it was, shows in the operation's own error.
+type KeepAliver interface {
+	// KeepAlive extends sandbox id's time to live.
+	KeepAlive(ctx context.Context, id string) error
+	// KeepAliveInterval is how often KeepAlive is called while a lease is
+	// held; a lease taken within this long of the last call does not call
+	// it again.
+	KeepAliveInterval() time.Duration
 }

@@ -17,12 +17,33 @@ func (m *Manager) confirmLoss(l *Lease, cause error, result *error) transition {
 			m.log.Warn("could not confirm a suspected sandbox loss; reporting the original error", "key", ws.key, "sandbox", l.Sandbox.ID, "err", err, "suspect", cause)
 			return nil
 		}
+		if info.State == StatePaused {
+			m.pausedBehindBack(ws, epoch, l.Generation)
+			return nil
+		}
 		if info.State != StateGone && info.State != StateStopped {
 			return nil
 		}
 		*result = m.replaceLost(ws, f, epoch, l.Generation, info, cause, neverRan(cause, info.EndedAt, l.acquired))
 		return nil
 	}
+}
+
+// pausedBehindBack records that generation gen's sandbox, published as
+// running, was found paused by someone else (a provider that pauses
+// sandboxes whose time to live ran out, as E2B does): not a loss, but the
+// next operation resumes it.
+func (m *Manager) pausedBehindBack(ws *workspace, epoch uint64, gen int64) {
+	ws.mu.Lock()
+	if ws.epoch != epoch || ws.gen != gen || ws.sb == nil || ws.state != StateRunning {
+		ws.mu.Unlock()
+		return
+	}
+	ws.state = StatePaused
+	rec := m.record(ws)
+	ws.mu.Unlock()
+	m.log.Info("sandbox was paused outside this server; the next call resumes it", "key", ws.key, "sandbox", rec.SandboxID)
+	m.save(rec)
 }
 
 // replaceLost handles a confirmed loss of generation gen: with AutoRecreate

@@ -240,3 +240,33 @@ func TestCheckEndsWithItsContext(t *testing.T) {
 		t.Fatalf("the replacement was not published: generation %d", l.Generation)
 	}
 }
+
+// TestPausedBehindBackIsResumed: a suspected loss whose check finds the
+// sandbox paused by someone else (a provider's own timeout) is no loss: the
+// call's error stands, nothing is replaced, and the next call resumes it.
+func TestPausedBehindBackIsResumed(t *testing.T) {
+	p := managetest.New(t)
+	m := newManager(t, p, nil)
+	l := acquire(t, m, "k")
+	id := l.Sandbox.ID
+	if err := p.Pause(t.Context(), id); err != nil {
+		t.Fatal(err)
+	}
+	cause := &envdclient.HTTPStatusError{Status: 502}
+	if err := l.Check(context.Background(), cause); !errors.Is(err, cause) {
+		t.Fatalf("Check of a paused sandbox = %v; want the original error", err)
+	}
+	l.Release()
+	l = acquire(t, m, "k")
+	defer l.Release()
+	resumed := false
+	for _, e := range l.Events {
+		resumed = resumed || e.Kind == manage.EventResumed
+	}
+	if l.Sandbox.ID != id || l.Generation != 1 || !resumed {
+		t.Fatalf("next call on %s generation %d, events %v; want %s resumed, generation 1", l.Sandbox.ID, l.Generation, l.Events, id)
+	}
+	if info, _ := p.Info(t.Context(), id); info.State != manage.StateRunning {
+		t.Fatalf("sandbox state %s after the next call, want running", info.State)
+	}
+}

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/sandbox-mcp/sandbox-mcp/envd/envdbin"
+	"github.com/sandbox-mcp/sandbox-mcp/manage/e2b"
 )
 
 // Status is a check's verdict.
@@ -43,6 +44,8 @@ type Check struct {
 type Config struct {
 	Provider     string // local, docker, e2b
 	DockerHost   string // the docker engine (--docker-host); "" means DOCKER_HOST, else the default socket
+	E2BAPIKey    string // the e2b provider's API key (--e2b-api-key or E2B_API_KEY); never printed
+	E2BAPIURL    string // the e2b management API's base URL; "" means https://api.e2b.app
 	Isolation    string // auto, bwrap, none (local)
 	StateDir     string
 	ArtifactsDir string
@@ -77,8 +80,8 @@ func Run(ctx context.Context, cfg Config) Report {
 	}
 	add(dockerCheck(ctx, cfg))
 	add(e2bCheck(ctx, cfg))
-	if cfg.Provider != "" && cfg.Provider != "local" && cfg.Provider != "docker" {
-		add(Check{Name: "provider", Status: Fail, Detail: fmt.Sprintf("--provider %s is not implemented in this version; local and docker are", cfg.Provider), Fix: "use --provider local or --provider docker"})
+	if cfg.Provider != "" && cfg.Provider != "local" && cfg.Provider != "docker" && cfg.Provider != e2b.Name {
+		add(Check{Name: "provider", Status: Fail, Detail: fmt.Sprintf("--provider %s is not a provider of this version; local, docker and e2b are", cfg.Provider), Fix: "use --provider local, docker or e2b"})
 	}
 	return r
 }
@@ -116,7 +119,7 @@ func localUnavailable(cfg Config, goos, goarch string) Check {
 	if cfg.Provider == "" || cfg.Provider == "local" {
 		c.Status = Fail
 		c.Detail += "; this version has no provider that runs here"
-		c.Fix = "run sandbox-mcp on a Linux machine, with the local provider or with --provider docker and a Linux Docker engine (Docker Desktop support is planned)"
+		c.Fix = "use --provider e2b here, or run sandbox-mcp on a Linux machine, with the local provider or with --provider docker and a Linux Docker engine (Docker Desktop support is planned)"
 	}
 	return c
 }
@@ -187,47 +190,39 @@ func dockerCheck(ctx context.Context, cfg Config) Check {
 	return c
 }
 
-// e2bCheck reaches E2B's API when an API key is configured.
+// e2bCheck makes one authenticated call to E2B's management API when an
+// API key is configured: a refused key fails for --provider e2b.
 func e2bCheck(ctx context.Context, cfg Config) Check {
 	c := Check{Name: "e2b api"}
-	key := os.Getenv("E2B_API_KEY")
-	relevant := cfg.Provider == "e2b"
-	if key == "" {
-		c.Status, c.Detail = Skip, "E2B_API_KEY is not set; needed only for --provider e2b"
+	relevant := cfg.Provider == e2b.Name
+	if cfg.E2BAPIKey == "" {
+		c.Status, c.Detail = Skip, "no API key (--e2b-api-key or E2B_API_KEY); needed only for --provider e2b"
 		if relevant {
-			c.Status, c.Fix = Fail, "export E2B_API_KEY=e2b_… (from https://e2b.dev/dashboard)"
+			c.Status, c.Fix = Fail, "export E2B_API_KEY=e2b_… (from https://e2b.dev/dashboard), or pass --e2b-api-key"
 		}
 		return c
 	}
-	base := os.Getenv("E2B_API_URL")
-	if base == "" {
-		domain := os.Getenv("E2B_DOMAIN")
-		if domain == "" {
-			domain = "e2b.app"
-		}
-		base = "https://api." + domain
-	}
-	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(cctx, http.MethodGet, strings.TrimSuffix(base, "/")+"/health", nil)
-	if err != nil {
-		c.Status, c.Detail = Fail, fmt.Sprintf("E2B API address %q: %v", base, err)
-		return c
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err == nil {
-		resp.Body.Close()
-	}
-	if err == nil && resp.StatusCode/100 == 2 {
-		c.Status, c.Detail = OK, "reachable at "+base
-		return c
-	}
-	c.Status = Warn
+	base := e2b.APIURL(cfg.E2BAPIURL, "")
+	fail := Warn
 	if relevant {
-		c.Status = Fail
+		fail = Fail
 	}
-	c.Detail = fmt.Sprintf("not reachable at %s (%v)", base, errOrStatus(err, resp))
-	c.Fix = "check the network and E2B_DOMAIN / E2B_API_URL"
+	cli, err := e2b.NewClient(base, cfg.E2BAPIKey, e2b.WithTimeout(5*time.Second), e2b.WithRetries(0))
+	if err != nil {
+		c.Status, c.Detail, c.Fix = fail, err.Error(), "check --e2b-api-url / E2B_API_URL"
+		return c
+	}
+	err = cli.CheckKey(ctx)
+	switch {
+	case err == nil:
+		c.Status, c.Detail = OK, "the API at "+base+" accepts the key"
+	case e2b.IsUnauthorized(err):
+		c.Status, c.Detail = fail, "the API at "+base+" refuses the key (401)"
+		c.Fix = "check --e2b-api-key / E2B_API_KEY (keys start with e2b_; see https://e2b.dev/dashboard)"
+	default:
+		c.Status, c.Detail = fail, fmt.Sprintf("the API at %s could not be used: %v", base, err)
+		c.Fix = "check the network and --e2b-domain / --e2b-api-url (E2B_DOMAIN / E2B_API_URL)"
+	}
 	return c
 }
 
