@@ -25,6 +25,8 @@ type httpOptions struct {
 	shutdownTimeout time.Duration
 	readyFD         int
 	insecureNoAuth  bool
+	// maxConcurrentCalls is --max-concurrent-calls.
+	maxConcurrentCalls int
 	// generatedToken is the token made at start for a loopback --http
 	// without --auth-tokens-file (see httptoken.go); "" otherwise.
 	generatedToken string
@@ -41,6 +43,7 @@ func (h *httpOptions) register(fs *flag.FlagSet) {
 	fs.StringVar(&h.tlsCert, "tls-cert", "", "PEM certificate: serve HTTPS")
 	fs.StringVar(&h.tlsKey, "tls-key", "", "PEM private key for --tls-cert")
 	fs.Var(&h.maxBodyBytes, "max-body-bytes", "largest HTTP request body (413 beyond)")
+	fs.IntVar(&h.maxConcurrentCalls, "max-concurrent-calls", server.DefaultMaxConcurrentCalls, "tool calls one HTTP principal may have running at once (more get an error result)")
 	fs.DurationVar(&h.sessionIdleTTL, "session-idle-ttl", 30*time.Minute, "end HTTP sessions idle this long (0: never)")
 	fs.DurationVar(&h.shutdownTimeout, "shutdown-timeout", server.DefaultShutdownTimeout, "on SIGTERM, how long in-flight calls get before they are cancelled")
 	fs.IntVar(&h.readyFD, "ready-fd", 0, "file descriptor to write \"ready URL\" to once HTTP is listening (0: none)")
@@ -52,11 +55,12 @@ func (h *httpOptions) register(fs *flag.FlagSet) {
 // --insecure-no-auth.
 func (h *httpOptions) serverConfig() (server.Config, error) {
 	cfg := server.Config{
-		MaxBodyBytes:    int64(h.maxBodyBytes),
-		SessionIdleTTL:  h.sessionIdleTTL,
-		TLSCert:         h.tlsCert,
-		TLSKey:          h.tlsKey,
-		ShutdownTimeout: h.shutdownTimeout,
+		MaxBodyBytes:       int64(h.maxBodyBytes),
+		MaxConcurrentCalls: h.maxConcurrentCalls,
+		SessionIdleTTL:     h.sessionIdleTTL,
+		TLSCert:            h.tlsCert,
+		TLSKey:             h.tlsKey,
+		ShutdownTimeout:    h.shutdownTimeout,
 	}
 	if h.allowedOrigins != "" {
 		// server.New trims them and skips empty ones.

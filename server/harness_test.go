@@ -68,6 +68,7 @@ type envOptions struct {
 	toolsConfig     tools.Config
 	noHTTP          bool
 	maxStdioMessage int64
+	maxCalls        int
 }
 
 func testLogger() *slog.Logger {
@@ -96,12 +97,13 @@ func newEnv(t testing.TB, opts envOptions) *testEnv {
 	cfg := Config{
 		Name: "sandbox-mcp-test", Version: "0",
 		Deps: deps, Tools: ts, Logger: log,
-		Workspace:       opts.workspace,
-		AuthTokens:      opts.tokens,
-		AllowedOrigins:  opts.origins,
-		MaxBodyBytes:    opts.maxBody,
-		SessionIdleTTL:  opts.idleTTL,
-		ShutdownTimeout: opts.shutdownTimeout,
+		Workspace:          opts.workspace,
+		AuthTokens:         opts.tokens,
+		AllowedOrigins:     opts.origins,
+		MaxBodyBytes:       opts.maxBody,
+		SessionIdleTTL:     opts.idleTTL,
+		ShutdownTimeout:    opts.shutdownTimeout,
+		MaxConcurrentCalls: opts.maxCalls,
 
 		MaxStdioMessageBytes: opts.maxStdioMessage,
 	}

@@ -332,7 +332,7 @@ func (s *Server) limitBody(next http.Handler) http.Handler {
 			next.ServeHTTP(&limitWriter{ResponseWriter: w, body: body, limit: limit}, r)
 			return
 		}
-		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+		body, err := readBody(http.MaxBytesReader(w, r.Body, limit), r.ContentLength)
 		if err != nil {
 			var mbe *http.MaxBytesError
 			if errors.As(err, &mbe) {

@@ -22,7 +22,7 @@ func (s *Server) splitArguments(next http.Handler) http.Handler {
 		body, _ := r.Context().Value(bodyKey{}).([]byte)
 		if body == nil {
 			var err error
-			body, err = io.ReadAll(r.Body)
+			body, err = readBody(r.Body, r.ContentLength)
 			if err != nil {
 				// mcp-go answers the read error (limitBody turns one of
 				// too large a body into 413).
@@ -45,3 +45,17 @@ func (s *Server) splitArguments(next http.Handler) http.Handler {
 type errorReader struct{ err error }
 
 func (e errorReader) Read([]byte) (int, error) { return 0, e.err }
+
+// readBody reads r whole into one buffer sized by sizeHint (the request's
+// Content-Length, or -1 when unknown), so a body is held once rather than
+// through the doubling copies io.ReadAll makes as it grows.
+func readBody(r io.Reader, sizeHint int64) ([]byte, error) {
+	var buf bytes.Buffer
+	if sizeHint > 0 {
+		// bytes.MinRead spare: ReadFrom then never grows the buffer to learn
+		// that the body has ended.
+		buf.Grow(int(sizeHint) + bytes.MinRead)
+	}
+	_, err := buf.ReadFrom(r)
+	return buf.Bytes(), err
+}

@@ -116,6 +116,10 @@ type Config struct {
 	// MaxBodyBytes limits request bodies (413 beyond). Default
 	// DefaultMaxBodyBytes.
 	MaxBodyBytes int64
+	// MaxConcurrentCalls bounds the tool calls one HTTP principal has
+	// running at once; a call past it gets an isError result at once (it is
+	// not queued). Default DefaultMaxConcurrentCalls.
+	MaxConcurrentCalls int
 	// SessionIdleTTL ends HTTP sessions that had no request in flight and
 	// none arriving for this long (the end-of-session policy then applies:
 	// their anonymous sandboxes are killed). Zero never expires sessions, so
@@ -148,6 +152,7 @@ type Server struct {
 	splits   map[string]bool // the tools whose calls are split (tools.SplitToolCall)
 	metrics  *metrics
 	sessions *sessionRegistry
+	calls    *callLimiter // HTTP calls in flight by principal
 	tokens   []tokenEntry
 	origins  originPolicy
 
@@ -182,6 +187,9 @@ func New(cfg Config) (*Server, error) {
 	}
 	if cfg.MaxBodyBytes <= 0 {
 		cfg.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if cfg.MaxConcurrentCalls <= 0 {
+		cfg.MaxConcurrentCalls = DefaultMaxConcurrentCalls
 	}
 	if cfg.ShutdownTimeout <= 0 {
 		cfg.ShutdownTimeout = DefaultShutdownTimeout
@@ -219,6 +227,7 @@ func New(cfg Config) (*Server, error) {
 		log:     cfg.Logger,
 		manager: cfg.Deps.Manager,
 		stdioWS: ws,
+		calls:   newCallLimiter(cfg.MaxConcurrentCalls),
 		toolSet: map[string]bool{},
 		splits:  map[string]bool{},
 		tokens:  tokens,
@@ -306,6 +315,11 @@ func (s *Server) bindWorkspace(next server.ToolHandlerFunc) server.ToolHandlerFu
 		if cs := server.ClientSessionFromContext(ctx); cs != nil {
 			sessionID = cs.SessionID()
 		}
+		leave, err := s.calls.enter(hc.principal)
+		if err != nil {
+			return mcp.NewToolResultError(err.Error()), nil
+		}
+		defer leave()
 		ws, done, err := s.sessions.bind(hc.principal, sessionID, hc.workspace)
 		if err != nil {
 			return mcp.NewToolResultError(err.Error()), nil

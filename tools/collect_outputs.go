@@ -10,6 +10,7 @@ import (
 	"io/fs"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"unicode/utf8"
 
@@ -47,7 +48,7 @@ func (collectOutputsInput) JSONSchemaExtend(s *jsonschema.Schema) {
 type collectOutputsOutput struct {
 	Meta
 	Artifacts []artifactOut `json:"artifacts" jsonschema_description:"The files collected, in path order."`
-	Matched   int           `json:"matched" jsonschema_description:"Regular files that matched the globs (before the caps)."`
+	Matched   int           `json:"matched" jsonschema_description:"Regular files that matched the globs (before the caps); past max_files the listing stops, so it is then a lower bound."`
 	LimitsHit []string      `json:"limits_hit,omitempty" jsonschema_description:"Caps that cut the list: max_files or max_bytes."`
 	Unmatched []string      `json:"unmatched,omitempty" jsonschema_description:"Globs that matched no file."`
 	Store     string        `json:"store" jsonschema_description:"The host directory holding this workspace's artifacts (for people; the model uses refs)."`
@@ -94,6 +95,9 @@ type collectPlan struct {
 	maxFiles int
 	maxBytes int64
 	inline   bool
+	// matchedAtLeast: the listing stopped past max_files, so the files
+	// matched are a lower bound.
+	matchedAtLeast bool
 }
 
 // checkCollect validates the arguments that need no sandbox, so a bad call
@@ -137,11 +141,12 @@ func runCollectOutputs(ctx context.Context, c *Call, in *collectOutputsInput) (*
 	}
 	r := newPathResolver(c, lease.Sandbox.Workdir, lease.Client)
 	out := &collectOutputsOutput{Artifacts: []artifactOut{}, Store: store.dir}
-	files, unmatched, err := matchGlobs(ctx, c, r, plan.globs)
+	files, unmatched, cut, err := matchGlobs(ctx, c, r, plan.globs, plan.maxFiles)
 	if err != nil {
 		return nil, err
 	}
 	out.Matched, out.Unmatched = len(files), unmatched
+	plan.matchedAtLeast = cut
 	if len(files) == 0 {
 		return out, nil
 	}
@@ -158,15 +163,16 @@ func runCollectOutputs(ctx context.Context, c *Call, in *collectOutputsInput) (*
 }
 
 // matchGlobs lists the regular files the globs match, each once, in path
-// order, and the globs that matched none.
-func matchGlobs(ctx context.Context, c *Call, r *pathResolver, globs []*globPattern) ([]collectFile, []string, error) {
+// order (comparePathOrder), and the globs that matched none. Each glob
+// contributes its first limit+1 matches at most (enough for the caps to say
+// more matched); cut reports that a glob had more, so the list is then a
+// prefix of the matches.
+func matchGlobs(ctx context.Context, c *Call, r *pathResolver, globs []*globPattern, limit int) (files []collectFile, unmatched []string, cut bool, err error) {
 	seen := map[string]bool{}
-	var files []collectFile
-	var unmatched []string
 	for i, g := range globs {
-		found, err := matchGlob(ctx, c, r, fmt.Sprintf("globs[%d]", i), g)
+		found, err := matchGlob(ctx, c, r, fmt.Sprintf("globs[%d]", i), g, limit+1, &cut)
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, false, err
 		}
 		if len(found) == 0 {
 			unmatched = append(unmatched, g.raw)
@@ -178,8 +184,12 @@ func matchGlobs(ctx context.Context, c *Call, r *pathResolver, globs []*globPatt
 			}
 		}
 	}
-	slices.SortFunc(files, func(a, b collectFile) int { return strings.Compare(a.rel, b.rel) })
-	return files, unmatched, nil
+	slices.SortFunc(files, func(a, b collectFile) int { return comparePathOrder(a.rel, b.rel) })
+	if len(files) > limit+1 {
+		// Past the first limit+1 in path order nothing can be collected.
+		files, cut = files[:limit+1], true
+	}
+	return files, unmatched, cut, nil
 }
 
 // collectAll stores files in the store's root, in order, into out, until
@@ -192,13 +202,13 @@ func collectAll(ctx context.Context, c *Call, cli *envdclient.Client, root *os.R
 	for _, f := range files {
 		if len(out.Artifacts) >= maxFiles {
 			out.LimitsHit = append(out.LimitsHit, "max_files")
-			c.Notice("collect_outputs stopped at max_files (%d): %d files matched; raise max_files or narrow the globs, and collect the rest with another call.", maxFiles, len(files))
+			c.Notice("collect_outputs stopped at max_files (%d): %s files matched; raise max_files or narrow the globs, and collect the rest with another call.", maxFiles, matchedCount(len(files), plan.matchedAtLeast))
 			return nil
 		}
 		if total+f.size > maxBytes {
 			out.LimitsHit = append(out.LimitsHit, "max_bytes")
-			c.Notice("collect_outputs stopped at max_bytes (%d bytes) before %s (%d bytes): %d of %d matching files were collected; raise max_bytes or narrow the globs.",
-				maxBytes, f.rel, f.size, len(out.Artifacts), len(files))
+			c.Notice("collect_outputs stopped at max_bytes (%d bytes) before %s (%d bytes): %d of %s matching files were collected; raise max_bytes or narrow the globs.",
+				maxBytes, f.rel, f.size, len(out.Artifacts), matchedCount(len(files), plan.matchedAtLeast))
 			return nil
 		}
 		name := f.rel
@@ -224,10 +234,12 @@ func collectAll(ctx context.Context, c *Call, cli *envdclient.Client, root *os.R
 	return nil
 }
 
-// matchGlob lists the files matching g: a literal pattern is one Stat; a
-// pattern with wildcards lists its literal base directory to the depth the
-// pattern needs.
-func matchGlob(ctx context.Context, c *Call, r *pathResolver, field string, g *globPattern) ([]collectFile, error) {
+// matchGlob lists the files matching g, at most limit of them, in path
+// order (comparePathOrder); it sets *cut when more matched. A literal
+// pattern is one Stat; a pattern with wildcards walks its literal base
+// directory to the depth the pattern needs, and stops at the first match
+// past limit, so what it holds stays within limit.
+func matchGlob(ctx context.Context, c *Call, r *pathResolver, field string, g *globPattern, limit int, cut *bool) ([]collectFile, error) {
 	if lit, ok := g.literal(); ok {
 		res, err := r.resolve(ctx, field, lit)
 		if err != nil {
@@ -258,22 +270,48 @@ func matchGlob(ctx context.Context, c *Call, r *pathResolver, field string, g *g
 		}
 		abs = res.abs
 	}
-	entries, err := r.cli.ListDir(ctx, abs, uint32(depth))
+	var out []collectFile
+	err := r.cli.WalkDir(ctx, abs, uint32(depth), func(e envdclient.Entry) error {
+		rel := r.rel(e.Path)
+		if e.Type != envdclient.TypeFile || (underToolData(rel) && !g.namesToolData()) || !g.match(rel) {
+			return nil
+		}
+		if len(out) >= limit {
+			*cut = true
+			return envdclient.ErrStopWalk
+		}
+		out = append(out, collectFile{abs: e.Path, rel: rel, size: e.Size, mode: fs.FileMode(e.Mode)})
+		return nil
+	})
 	if envdclient.IsNotFound(err) || connect.CodeOf(err) == connect.CodeInvalidArgument {
 		return nil, nil // no such directory (or not a directory): nothing matches
 	}
 	if err != nil {
 		return nil, c.Check(err)
 	}
-	var out []collectFile
-	for _, e := range entries {
-		rel := r.rel(e.Path)
-		if e.Type != envdclient.TypeFile || (underToolData(rel) && !g.namesToolData()) || !g.match(rel) {
-			continue
-		}
-		out = append(out, collectFile{abs: e.Path, rel: rel, size: e.Size, mode: fs.FileMode(e.Mode)})
-	}
 	return out, nil
+}
+
+// comparePathOrder orders workspace-relative paths as a listing does: by
+// their names, directory by directory (so a directory's contents come right
+// after it).
+func comparePathOrder(a, b string) int {
+	for {
+		an, arest, amore := strings.Cut(a, "/")
+		bn, brest, bmore := strings.Cut(b, "/")
+		if c := strings.Compare(an, bn); c != 0 {
+			return c
+		}
+		switch {
+		case !amore && !bmore:
+			return 0
+		case !amore:
+			return -1
+		case !bmore:
+			return 1
+		}
+		a, b = arest, brest
+	}
 }
 
 // collectOne downloads f into the store as name. It returns nil, nil when
@@ -317,6 +355,15 @@ func collectOne(ctx context.Context, c *Call, cli *envdclient.Client, root *os.R
 		}
 	}
 	return a, nil
+}
+
+// matchedCount says how many files matched: n, or "at least n" when the
+// listing stopped early.
+func matchedCount(n int, atLeast bool) string {
+	if atLeast {
+		return fmt.Sprintf("at least %d", n)
+	}
+	return strconv.Itoa(n)
 }
 
 // boundedBuffer keeps what is written up to limit bytes and notes overflow.

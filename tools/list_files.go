@@ -20,6 +20,9 @@ const (
 	maxListDepth       = 10
 	defaultListEntries = 1000
 	maxListEntries     = 5000
+	// maxListBytes bounds the bytes of paths (and symlink targets) one
+	// listing holds, whatever the entries' names.
+	maxListBytes = 4 << 20
 )
 
 type listFilesInput struct {
@@ -39,8 +42,8 @@ type listFilesOutput struct {
 	Meta
 	Path      string      `json:"path" jsonschema_description:"The directory listed, relative to the workspace."`
 	Entries   []fileEntry `json:"entries" jsonschema_description:"Entries in depth-first order, names sorted within a directory."`
-	Total     int         `json:"total" jsonschema_description:"Entries that matched (before max_entries cut the list)."`
-	Truncated bool        `json:"truncated" jsonschema_description:"True when max_entries cut the list; narrow it with path, depth or glob."`
+	Total     int         `json:"total" jsonschema_description:"Entries that matched; when truncated, a lower bound (the listing stops at the cap)."`
+	Truncated bool        `json:"truncated" jsonschema_description:"True when max_entries (or the server's cap on listed bytes) cut the list; narrow it with path, depth or glob."`
 }
 
 type fileEntry struct {
@@ -103,33 +106,42 @@ func runListFiles(ctx context.Context, c *Call, in *listFilesInput) (*listFilesO
 		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("%q does not exist in the workspace", base))
 	}
 	st := res.entry
-	var entries []envdclient.Entry
+	showToolData := base == toolDataDir || underToolData(base) || (g != nil && g.namesToolData())
+	var bytesHeld int
+	// add takes one listed entry; it stops the walk when the entry matches
+	// but the caps are reached, so what is held stays within them.
+	add := func(e envdclient.Entry) error {
+		rel := r.rel(e.Path)
+		if !showToolData && underToolData(rel) {
+			return nil
+		}
+		if g != nil && !g.match(rel) && (base == "." || !g.match(strings.TrimPrefix(rel, base+"/"))) {
+			return nil
+		}
+		out.Total++
+		if len(out.Entries) >= maxEntries || bytesHeld >= maxListBytes {
+			out.Truncated = true
+			return envdclient.ErrStopWalk
+		}
+		fe := entryOut(r, rel, e)
+		bytesHeld += len(fe.Path) + len(fe.SymlinkTarget)
+		out.Entries = append(out.Entries, fe)
+		return nil
+	}
 	if st.Type == envdclient.TypeDir {
-		if entries, err = cli.ListDir(ctx, abs, uint32(depth)); err != nil {
+		if err := cli.WalkDir(ctx, abs, uint32(depth), add); err != nil {
 			return nil, c.Check(err)
 		}
 	} else {
 		st.Path = abs
-		entries = []envdclient.Entry{st}
+		_ = add(st)
 	}
-	showToolData := base == toolDataDir || underToolData(base) || (g != nil && g.namesToolData())
-	for _, e := range entries {
-		rel := r.rel(e.Path)
-		if !showToolData && underToolData(rel) {
-			continue
+	if out.Truncated {
+		limit := fmt.Sprintf("max_entries %d", maxEntries)
+		if len(out.Entries) < maxEntries {
+			limit = fmt.Sprintf("the server's cap of %d bytes of paths", maxListBytes)
 		}
-		if g != nil && !g.match(rel) && (base == "." || !g.match(strings.TrimPrefix(rel, base+"/"))) {
-			continue
-		}
-		out.Total++
-		if len(out.Entries) >= maxEntries {
-			continue
-		}
-		out.Entries = append(out.Entries, entryOut(r, rel, e))
-	}
-	if out.Total > len(out.Entries) {
-		out.Truncated = true
-		c.Notice("list_files shows %d of %d matching entries (max_entries %d); narrow the listing with path, depth or glob.", len(out.Entries), out.Total, maxEntries)
+		c.Notice("list_files shows the first %d matching entries (%s); at least %d matched. Narrow the listing with path, depth or glob.", len(out.Entries), limit, out.Total)
 	}
 	return out, nil
 }

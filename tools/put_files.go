@@ -1,7 +1,6 @@
 package tools
 
 import (
-	"bytes"
 	"context"
 	"encoding/base64"
 	"fmt"
@@ -61,7 +60,8 @@ func PutFiles(d *Deps) Tool {
 
 // putPlan is one checked file of a put_files call.
 type putPlan struct {
-	data    []byte
+	size    int64
+	open    func() io.Reader
 	mode    fs.FileMode
 	hasMode bool
 }
@@ -74,15 +74,15 @@ func runPutFiles(ctx context.Context, c *Call, in *putFilesInput) (*putFilesOutp
 	var total int64
 	for i, f := range in.Files {
 		field := fmt.Sprintf("files[%d]", i)
-		data, err := decodeContent(field, f.Content, f.Encoding)
+		size, open, err := decodeContent(field, f.Content, f.Encoding)
 		if err != nil {
 			return nil, err
 		}
-		total += int64(len(data))
+		total += size
 		if total > limit {
 			return nil, inputErr("files", "the decoded content adds up to more than the server's cap of %d bytes per put_files call (reached at %s); split the files over several calls, or bring large inputs in with stage_inputs", limit, field)
 		}
-		plans[i].data = data
+		plans[i].size, plans[i].open = size, open
 		if f.Mode != "" {
 			m, err := parseMode(field+".mode", f.Mode)
 			if err != nil {
@@ -109,10 +109,10 @@ func runPutFiles(ctx context.Context, c *Call, in *putFilesInput) (*putFilesOutp
 			return nil, inputErr(field, "%q is the same file as files[%d].path; give each file once per call", f.Path, j)
 		}
 		seen[dest] = i
-		data := plans[i].data
+		open := plans[i].open
 		items[i] = uploadItem{
 			dest: dest, shown: shown, field: field,
-			open:    func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(data)), nil },
+			open:    func() (io.ReadCloser, error) { return io.NopCloser(open()), nil },
 			mode:    plans[i].mode,
 			hasMode: plans[i].hasMode,
 		}
@@ -124,7 +124,7 @@ func runPutFiles(ctx context.Context, c *Call, in *putFilesInput) (*putFilesOutp
 	}
 	out := &putFilesOutput{Written: make([]writtenFile, len(items))}
 	for i, it := range items {
-		out.Written[i] = writtenFile{Path: it.shown, Bytes: int64(len(plans[i].data)), Mode: octalMode(results[i].mode)}
+		out.Written[i] = writtenFile{Path: it.shown, Bytes: plans[i].size, Mode: octalMode(results[i].mode)}
 	}
 	return out, nil
 }
@@ -147,41 +147,58 @@ func resolveFileDest(ctx context.Context, r *pathResolver, field, p string) (des
 	return res.real, r.rel(res.abs), nil
 }
 
-// decodeContent decodes a put_files content by its encoding. Base64 may be
-// standard or URL-safe, padded or not, and may contain line breaks.
-func decodeContent(field, content, encoding string) ([]byte, error) {
+// decodeContent checks a put_files content by its encoding and returns its
+// decoded size and a way to open it decoded. Base64 may be standard or
+// URL-safe, padded or not, and may contain line breaks. Content is never
+// held decoded: it is decoded once to check it and count its bytes, and
+// again, streaming, while it is uploaded, so a call costs its message and
+// not several copies of it.
+func decodeContent(field, content, encoding string) (size int64, open func() io.Reader, err error) {
 	switch encoding {
 	case "", "text":
-		return []byte(content), nil
+		return int64(len(content)), func() io.Reader { return strings.NewReader(content) }, nil
 	case "base64":
-		s := content
-		if strings.ContainsAny(s, " \t") {
-			// The decoder skips \r and \n itself; spaces and tabs are ours.
-			s = strings.Map(func(r rune) rune {
-				if r == ' ' || r == '\t' {
-					return -1
-				}
-				return r
-			}, s)
-		}
 		enc := base64.StdEncoding
-		if strings.ContainsAny(s, "-_") {
+		if strings.ContainsAny(content, "-_") {
 			enc = base64.URLEncoding
 		}
-		if !strings.HasSuffix(strings.TrimRight(s, "\r\n"), "=") && base64Len(s)%4 != 0 {
+		if !strings.HasSuffix(strings.TrimRight(content, "\r\n\t "), "=") && base64Len(content)%4 != 0 {
 			enc = enc.WithPadding(base64.NoPadding)
 		}
-		data, err := enc.DecodeString(s)
-		if err != nil {
-			return nil, inputErr(field+".content", "is not valid base64 (%v); encode binary data as standard base64, or use encoding text", err)
+		open := func() io.Reader {
+			// The decoder skips \r and \n itself; spaces and tabs are ours.
+			return base64.NewDecoder(enc, &blankFilter{r: strings.NewReader(content)})
 		}
-		return data, nil
+		n, err := io.Copy(io.Discard, open())
+		if err != nil {
+			return 0, nil, inputErr(field+".content", "is not valid base64 (%v); encode binary data as standard base64, or use encoding text", err)
+		}
+		return n, open, nil
 	default:
-		return nil, inputErr(field+".encoding", "%q is not an encoding; use text or base64", encoding)
+		return 0, nil, inputErr(field+".encoding", "%q is not an encoding; use text or base64", encoding)
 	}
 }
 
-// base64Len counts the characters of s that are not line breaks.
+// blankFilter reads r without its spaces and tabs.
+type blankFilter struct{ r io.Reader }
+
+func (f *blankFilter) Read(p []byte) (int, error) {
+	for {
+		n, err := f.r.Read(p)
+		w := 0
+		for _, c := range p[:n] {
+			if c != ' ' && c != '\t' {
+				p[w] = c
+				w++
+			}
+		}
+		if w > 0 || err != nil {
+			return w, err
+		}
+	}
+}
+
+// base64Len counts the characters of s that are not line breaks or blanks.
 func base64Len(s string) int {
-	return len(s) - strings.Count(s, "\n") - strings.Count(s, "\r")
+	return len(s) - strings.Count(s, "\n") - strings.Count(s, "\r") - strings.Count(s, " ") - strings.Count(s, "\t")
 }

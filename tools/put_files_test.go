@@ -221,10 +221,21 @@ func TestDecodeContent(t *testing.T) {
 		base64.URLEncoding.EncodeToString(raw),
 		base64.RawURLEncoding.EncodeToString(raw),
 		"+/+/\nAHg=\n",
+		"+/+/ AH\tg",
 	} {
-		got, err := decodeContent("files[0]", enc, "base64")
-		if err != nil || !bytes.Equal(got, raw) {
-			t.Errorf("decode %q = %v, %v", enc, got, err)
+		size, open, err := decodeContent("files[0]", enc, "base64")
+		if err != nil {
+			t.Errorf("decode %q: %v", enc, err)
+			continue
+		}
+		got, err := io.ReadAll(open())
+		if err != nil || !bytes.Equal(got, raw) || size != int64(len(raw)) {
+			t.Errorf("decode %q = %v (size %d), %v", enc, got, size, err)
+		}
+	}
+	for _, bad := range []string{"+/+/AHg=x", "+/+/A", "%%%%", "+/+/AHg==="} {
+		if _, _, err := decodeContent("files[0]", bad, "base64"); err == nil {
+			t.Errorf("decode %q accepted", bad)
 		}
 	}
 	for _, mode := range []string{"755", "0755", "0o755", "4755"} {

@@ -79,6 +79,9 @@ func HasArguments(ctx context.Context, tool string) bool { return argumentsFrom(
 // string with invalid UTF-8 or a lone surrogate): such a message goes to
 // mcp-go whole, and the handler decodes its arguments as before.
 //
+// The arguments share msg's memory (so a long message is held once): msg
+// must not be modified afterwards.
+//
 // The rest of msg is not validated here: mcp-go parses the small message
 // and answers it as it would have answered msg, since msg is valid JSON
 // exactly when the small message and the arguments both are.

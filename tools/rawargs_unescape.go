@@ -5,18 +5,23 @@ import (
 	"math/bits"
 	"unicode/utf16"
 	"unicode/utf8"
+	"unsafe"
 )
 
 // unquoteLong decodes the inside of a JSON string as encoding/json does. It
 // reports false for anything invalid, and for the inputs encoding/json
 // repairs (invalid UTF-8 and lone surrogates become U+FFFD), which are left
 // to it. Text between escapes is copied eight bytes at a time.
+//
+// A string without escapes is not copied: it shares b's memory, so the
+// message it came from (which the Arguments keep as raw) is held once
+// however long its strings. Callers never modify a message once it is split.
 func unquoteLong(b []byte, escaped bool) (string, bool) {
 	if !escaped {
 		if hasControl(b) || !utf8.Valid(b) {
 			return "", false
 		}
-		return string(b), true
+		return unsafe.String(unsafe.SliceData(b), len(b)), true
 	}
 	// The decoded string is never longer than b; 8 bytes spare for the
 	// last word copied.
@@ -79,7 +84,8 @@ func unquoteLong(b []byte, escaped bool) (string, bool) {
 	if !utf8.Valid(buf) {
 		return "", false
 	}
-	return string(buf), true
+	// buf is not written again: the string may share it.
+	return unsafe.String(unsafe.SliceData(buf), len(buf)), true
 }
 
 // unescapeRune decodes the \uXXXX escape (or surrogate pair of them) that

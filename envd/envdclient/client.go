@@ -26,6 +26,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -57,6 +58,7 @@ type Client struct {
 	http      *http.Client
 	procs     processconnect.ProcessClient
 	files     filesystemconnect.FilesystemClient
+	walkFiles filesystemconnect.FilesystemClient // files with a bounded response size, for WalkDir
 	opts      options
 
 	versionMu    sync.Mutex
@@ -219,6 +221,8 @@ func New(endpoint string, opts ...Option) (*Client, error) {
 	}
 	c.procs = processconnect.NewProcessClient(c.http, base.String(), procOpts...)
 	c.files = filesystemconnect.NewFilesystemClient(c.http, base.String(), clientOpts...)
+	c.walkFiles = filesystemconnect.NewFilesystemClient(c.http, base.String(),
+		append(slices.Clone(clientOpts), connect.WithReadMaxBytes(maxUnpagedListBytes))...)
 	return c, nil
 }
 

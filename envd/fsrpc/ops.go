@@ -125,7 +125,8 @@ func (s *Service) Move(ctx context.Context, req *connect.Request[filesystem.Move
 // with absolute paths under the requested path. A symlink given as the path
 // is followed (a loop is failed_precondition); symlinks met inside are
 // listed, not followed. Subdirectories that cannot be read are listed
-// without their contents.
+// without their contents. A request with ListPageHeader gets one page of
+// that listing (see ListPageHeader).
 func (s *Service) ListDir(ctx context.Context, req *connect.Request[filesystem.ListDirRequest]) (*connect.Response[filesystem.ListDirResponse], error) {
 	p, err := s.resolve(req.Msg.GetPath(), s.users.FromContext(ctx))
 	if err != nil {
@@ -145,6 +146,26 @@ func (s *Service) ListDir(ctx context.Context, req *connect.Request[filesystem.L
 		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("path is not a directory: %s", p))
 	}
 
+	limit, after, paged, err := parseListPage(req)
+	if err != nil {
+		return nil, err
+	}
+	if paged {
+		pager := &listPager{ctx: ctx, limit: limit}
+		if err := pager.walk(p, nil, depth, after); err != nil {
+			var ce *connect.Error
+			if errors.As(err, &ce) {
+				return nil, ce
+			}
+			return nil, fsError(err, "list "+p)
+		}
+		resp := connect.NewResponse(&filesystem.ListDirResponse{Entries: pager.out})
+		resp.Header().Set(ListPagedHeader, "1")
+		if pager.full {
+			resp.Header().Set(ListNextHeader, encodeCursor(pager.next))
+		}
+		return resp, nil
+	}
 	var entries []*filesystem.EntryInfo
 	if err := listTree(ctx, p, depth, &entries, true); err != nil {
 		var ce *connect.Error
