@@ -8,11 +8,14 @@ import (
 	"runtime"
 )
 
-// newProvider refuses: both providers of this version need a Linux host,
-// and check refuses them before this is reached.
-func (o *serveOptions) newProvider(context.Context, *slog.Logger) (sandboxProvider, error) {
-	return nil, providerUnavailable(o.provider, runtime.GOOS, runtime.GOARCH)
+// newLocalProvider refuses: the local provider needs Linux, and check
+// refuses it before this is reached.
+func (o *serveOptions) newLocalProvider(context.Context, *slog.Logger) (sandboxProvider, error) {
+	return nil, providerUnavailable(providerLocal, runtime.GOOS, runtime.GOARCH)
 }
 
-// warnUnisolated has nothing to warn of: no provider runs here.
+// bwrapInstalled is false: bubblewrap is Linux's.
+func bwrapInstalled() bool { return false }
+
+// warnUnisolated has nothing to warn of: only docker sandboxes run here.
 func warnUnisolated(sandboxProvider, *slog.Logger) {}
