@@ -14,8 +14,10 @@ import (
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/api/types/volume"
+	"github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/sandbox-mcp/sandbox-mcp/envd/envdbin"
+	"github.com/sandbox-mcp/sandbox-mcp/envd/envdtest"
 	"github.com/sandbox-mcp/sandbox-mcp/internal/testenv"
 	"github.com/sandbox-mcp/sandbox-mcp/manage/docker"
 	"github.com/sandbox-mcp/sandbox-mcp/manage/docker/dockertest"
@@ -118,5 +120,36 @@ func TestServeDockerTCPTransport(t *testing.T) {
 	res := callTool(t, ctx, c, "workspace_exec", map[string]any{"command": "echo over-tcp"})
 	if text := textOf(res); res.IsError || !strings.Contains(text, "over-tcp") || !strings.Contains(text, "without NAT") {
 		t.Fatalf("workspace_exec over tcp: %s", text)
+	}
+}
+
+// BenchmarkStdioDockerExecTrue is BenchmarkStdioBinaryExecTrue on the
+// docker provider: workspace_exec `true` through the built binary over
+// stdio, in a running container (the socket transport, then tcp).
+func BenchmarkStdioDockerExecTrue(b *testing.B) {
+	if envdbin.Lookup(runtime.GOARCH) == nil {
+		testenv.Missing(b, "the embedded lean envd for linux/%s: run make envd first", runtime.GOARCH)
+	}
+	img := dockertest.BusyboxImage(b, dockertest.Engine(b))
+	for _, tr := range []string{"socket", "tcp"} {
+		b.Run(tr, func(b *testing.B) {
+			c := stdioClient(b, "--provider", "docker", "--docker-image", img, "--docker-transport", tr)
+			req := mcp.CallToolRequest{}
+			req.Params.Name = "workspace_exec"
+			req.Params.Arguments = map[string]any{"argv": []any{"true"}}
+			if _, err := c.CallTool(b.Context(), req); err != nil {
+				b.Fatal(err)
+			}
+			ds := make([]time.Duration, 0, b.N)
+			for b.Loop() {
+				t0 := time.Now()
+				res, err := c.CallTool(b.Context(), req)
+				if err != nil || res.IsError {
+					b.Fatal(res, err)
+				}
+				ds = append(ds, time.Since(t0))
+			}
+			envdtest.ReportPercentiles(b, ds)
+		})
 	}
 }
