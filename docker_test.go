@@ -3,13 +3,23 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
+	"fmt"
 	"runtime"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/filters"
+	"github.com/docker/docker/api/types/volume"
+	"github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/sandbox-mcp/sandbox-mcp/envd/envdbin"
+	"github.com/sandbox-mcp/sandbox-mcp/envd/envdtest"
 	"github.com/sandbox-mcp/sandbox-mcp/internal/testenv"
+	"github.com/sandbox-mcp/sandbox-mcp/manage/docker"
 	"github.com/sandbox-mcp/sandbox-mcp/manage/docker/dockertest"
 )
 
@@ -38,5 +48,108 @@ func TestServeDockerProvider(t *testing.T) {
 	info := callTool(t, ctx, c, "workspace_info", map[string]any{})
 	if raw, _ := json.Marshal(info.StructuredContent); !strings.Contains(string(raw), `"provider":"docker"`) {
 		t.Fatalf("workspace_info: %s", raw)
+	}
+}
+
+// requireLeanEnvd ends the test when the binary carries no lean envd for
+// this machine, which docker sandboxes mount.
+func requireLeanEnvd(t *testing.T) {
+	t.Helper()
+	if envdbin.Lookup(runtime.GOARCH) == nil {
+		testenv.Missing(t, "the embedded lean envd for linux/%s, which docker sandboxes mount: run make envd before go test (scripts/test does)", runtime.GOARCH)
+	}
+}
+
+// TestServeDockerNamedWorkspace: a named workspace's container removed
+// behind the server's back (docker rm -f); the next call says the sandbox
+// was recreated, that the workspace's files were kept and what was not,
+// and that it did not run; the file written before is still there.
+func TestServeDockerNamedWorkspace(t *testing.T) {
+	requireLeanEnvd(t)
+	cli := dockertest.Engine(t)
+	img := dockertest.BusyboxImage(t, cli)
+	name := fmt.Sprintf("dockervol-%d", time.Now().UnixNano())
+	c := stdioClient(t, "--provider", "docker", "--docker-image", img, "--workspace", name)
+	ctx := t.Context()
+	if res := callTool(t, ctx, c, "workspace_exec", map[string]any{"command": "echo kept > notes.txt; echo gone > /root/pkg"}); res.IsError {
+		t.Fatalf("workspace_exec: %s", textOf(res))
+	}
+	cs, err := cli.ContainerList(ctx, container.ListOptions{All: true, Filters: filters.NewArgs(filters.Arg("label", docker.LabelKey+"=stdio:"+name))})
+	if err != nil || len(cs) != 1 {
+		t.Fatalf("containers of workspace %s: %d, %v", name, len(cs), err)
+	}
+	t.Cleanup(func() {
+		// The server pauses a named workspace at exit: remove it and its volume.
+		ctx := context.Background()
+		cs, _ := cli.ContainerList(ctx, container.ListOptions{All: true, Filters: filters.NewArgs(filters.Arg("label", docker.LabelKey+"=stdio:"+name))})
+		for _, c := range cs {
+			_ = cli.ContainerRemove(ctx, c.ID, container.RemoveOptions{Force: true})
+		}
+		vs, _ := cli.VolumeList(ctx, volume.ListOptions{Filters: filters.NewArgs(filters.Arg("label", docker.LabelKey+"=stdio:"+name))})
+		for _, v := range vs.Volumes {
+			_ = cli.VolumeRemove(ctx, v.Name, true)
+		}
+	})
+	if err := cli.ContainerRemove(ctx, cs[0].ID, container.RemoveOptions{Force: true}); err != nil {
+		t.Fatal(err)
+	}
+	res := callTool(t, ctx, c, "workspace_exec", map[string]any{"command": "cat notes.txt"})
+	text := textOf(res)
+	for _, want := range []string{"NOTICE: The sandbox was recreated (generation 1 → 2)", "Files in the workspace directory were kept", "installed packages, changes outside the workspace and running processes from before are gone", "This command was NOT run"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("the call after docker rm -f lacks %q:\n%s", want, text)
+		}
+	}
+	res = callTool(t, ctx, c, "workspace_exec", map[string]any{"command": "cat notes.txt; cat /root/pkg 2>/dev/null || echo no-pkg"})
+	raw, _ := json.Marshal(res.StructuredContent)
+	var out struct {
+		Stdout string `json:"stdout"`
+	}
+	if err := json.Unmarshal(raw, &out); err != nil || res.IsError || out.Stdout != "kept\nno-pkg\n" {
+		t.Fatalf("on the replacement: %s", textOf(res))
+	}
+}
+
+// TestServeDockerTCPTransport: `serve --provider docker --docker-transport
+// tcp`, the transport of Docker Desktop, on this machine's engine.
+func TestServeDockerTCPTransport(t *testing.T) {
+	requireLeanEnvd(t)
+	img := dockertest.BusyboxImage(t, dockertest.Engine(t))
+	c := stdioClient(t, "--provider", "docker", "--docker-image", img, "--docker-transport", "tcp")
+	ctx := t.Context()
+	res := callTool(t, ctx, c, "workspace_exec", map[string]any{"command": "echo over-tcp"})
+	if text := textOf(res); res.IsError || !strings.Contains(text, "over-tcp") || !strings.Contains(text, "without NAT") {
+		t.Fatalf("workspace_exec over tcp: %s", text)
+	}
+}
+
+// BenchmarkStdioDockerExecTrue is BenchmarkStdioBinaryExecTrue on the
+// docker provider: workspace_exec `true` through the built binary over
+// stdio, in a running container (the socket transport, then tcp).
+func BenchmarkStdioDockerExecTrue(b *testing.B) {
+	if envdbin.Lookup(runtime.GOARCH) == nil {
+		testenv.Missing(b, "the embedded lean envd for linux/%s: run make envd first", runtime.GOARCH)
+	}
+	img := dockertest.BusyboxImage(b, dockertest.Engine(b))
+	for _, tr := range []string{"socket", "tcp"} {
+		b.Run(tr, func(b *testing.B) {
+			c := stdioClient(b, "--provider", "docker", "--docker-image", img, "--docker-transport", tr)
+			req := mcp.CallToolRequest{}
+			req.Params.Name = "workspace_exec"
+			req.Params.Arguments = map[string]any{"argv": []any{"true"}}
+			if _, err := c.CallTool(b.Context(), req); err != nil {
+				b.Fatal(err)
+			}
+			ds := make([]time.Duration, 0, b.N)
+			for b.Loop() {
+				t0 := time.Now()
+				res, err := c.CallTool(b.Context(), req)
+				if err != nil || res.IsError {
+					b.Fatal(res, err)
+				}
+				ds = append(ds, time.Since(t0))
+			}
+			envdtest.ReportPercentiles(b, ds)
+		})
 	}
 }

@@ -1,8 +1,10 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"flag"
+	"log/slog"
 
 	"github.com/sandbox-mcp/sandbox-mcp/envd/daemon"
 	"github.com/sandbox-mcp/sandbox-mcp/manage/doctor"
@@ -19,6 +21,7 @@ func doctorCommand(fs *flag.FlagSet, g *globals) func(context.Context, []string)
 		if err := noArgs(args); err != nil {
 			return err
 		}
+		o.resolveProvider(ctx, cmp.Or(g.log, slog.Default()))
 		rep := doctor.Run(ctx, doctor.Config{
 			Provider:     o.provider,
 			DockerHost:   o.dockerHost,

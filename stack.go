@@ -41,29 +41,31 @@ func defaultStateDir() string {
 // serveOptions are the flags that shape sandboxes and tools, shared by
 // serve, call, tools and doctor: provider, limits, workspace, toolsets.
 type serveOptions struct {
-	provider       string
-	isolation      string
-	network        bool
-	defaultTimeout time.Duration
-	maxTimeout     time.Duration
-	outputLimit    byteSize
-	maxPutBytes    byteSize
-	maxReadBytes   byteSize
-	autoRecreate   bool
-	idlePause      time.Duration
-	pausedTTL      time.Duration
-	workspace      string
-	stageRoots     cmdline.KeyValues
-	artifactsDir   string
-	stateDir       string
-	toolsets       string
-	readOnly       bool
-	memory         byteSize
-	cpus           float64
-	pids           int64
-	dockerImage    string
-	dockerHost     string
-	e2b            e2bOptions
+	provider        string
+	isolation       string
+	network         bool
+	defaultTimeout  time.Duration
+	maxTimeout      time.Duration
+	outputLimit     byteSize
+	maxPutBytes     byteSize
+	maxReadBytes    byteSize
+	autoRecreate    bool
+	idlePause       time.Duration
+	pausedTTL       time.Duration
+	workspace       string
+	stageRoots      cmdline.KeyValues
+	artifactsDir    string
+	stateDir        string
+	toolsets        string
+	readOnly        bool
+	memory          byteSize
+	cpus            float64
+	pids            int64
+	dockerImage     string
+	dockerHost      string
+	dockerTransport string
+	disk            byteSize
+	e2b             e2bOptions
 }
 
 // registerSandboxFlags adds the flags that shape sandboxes and tools; the
@@ -72,7 +74,7 @@ func (o *serveOptions) registerSandboxFlags(fs *flag.FlagSet) {
 	def := tools.DefaultConfig()
 	o.outputLimit, o.maxPutBytes, o.maxReadBytes = byteSize(def.OutputLimit), byteSize(def.MaxPutBytes), byteSize(def.MaxReadBytes)
 	o.stageRoots = cmdline.KeyValues{}
-	fs.StringVar(&o.provider, "provider", providerLocal, "sandbox provider: local, docker or e2b")
+	fs.StringVar(&o.provider, "provider", providerAuto, "sandbox provider: local, docker, e2b, or auto (local where bubblewrap is installed; else docker when an engine answers; else local, unisolated; docker off Linux)")
 	fs.StringVar(&o.isolation, "isolation", "auto", "local isolation: auto (bwrap when it works), bwrap, or none (unisolated, loudly warned)")
 	fs.BoolVar(&o.network, "network", false, "give sandboxes network access")
 	fs.DurationVar(&o.defaultTimeout, "default-timeout", def.DefaultTimeout, "timeout of a command when the model gives no timeout_sec")
@@ -93,7 +95,9 @@ func (o *serveOptions) registerSandboxFlags(fs *flag.FlagSet) {
 	fs.Float64Var(&o.cpus, "cpus", 0, "CPU limit per sandbox in cores (0: the provider default)")
 	fs.Int64Var(&o.pids, "pids", 0, "process limit per sandbox (0: the provider default)")
 	fs.StringVar(&o.dockerImage, "docker-image", docker.DefaultImage, "docker: the image sandboxes run (must be on the engine: it is never pulled)")
-	fs.StringVar(&o.dockerHost, "docker-host", "", "docker: the engine's address (default: $DOCKER_HOST, else "+docker.DefaultHost+")")
+	fs.StringVar(&o.dockerHost, "docker-host", "", "docker: the engine's address (default: $DOCKER_HOST, else the platform's usual socket: "+strings.Join(docker.CandidateHosts(runtime.GOOS, "~"), ", ")+")")
+	fs.StringVar(&o.dockerTransport, "docker-transport", "auto", "docker: how the server reaches envd in a container: socket (a unix socket; Linux), tcp (a port on 127.0.0.1 with a per-container token; what Docker Desktop needs), or auto (socket on Linux, tcp elsewhere)")
+	fs.Var(&o.disk, "disk", "docker: disk limit per sandbox where the engine's storage driver can enforce one (overlay2 on xfs with pquota, btrfs, zfs); elsewhere the sandbox says it is not enforced (0: none)")
 	o.e2b.register(fs)
 }
 
@@ -117,14 +121,17 @@ func (o *serveOptions) toolsConfig() tools.Config {
 // name follows the server's rule (server.ValidWorkspaceName), the same as
 // for the Sandbox-Workspace header.
 func (o *serveOptions) check() error {
-	if o.provider != providerLocal && o.provider != docker.Name && o.provider != e2b.Name {
-		return fmt.Errorf("--provider %q: want local, docker or e2b", o.provider)
+	if o.provider != providerAuto && o.provider != providerLocal && o.provider != docker.Name && o.provider != e2b.Name {
+		return fmt.Errorf("--provider %q: want local, docker, e2b or auto", o.provider)
 	}
 	if o.provider == e2b.Name && o.e2b.apiKey() == "" {
 		return errors.New("--provider e2b needs an API key: set --e2b-api-key or E2B_API_KEY (from https://e2b.dev/dashboard)")
 	}
 	if err := providerUnavailable(o.provider, runtime.GOOS, runtime.GOARCH); err != nil {
 		return err
+	}
+	if _, err := docker.ParseTransport(o.dockerTransport, runtime.GOOS); err != nil {
+		return fmt.Errorf("--docker-transport: %w", err)
 	}
 	switch o.isolation {
 	case "auto", "bwrap", "none":
@@ -152,22 +159,40 @@ func (o *serveOptions) check() error {
 // package builds on Linux only).
 const providerLocal = "local"
 
+// providerAuto is --provider's default: see resolveProvider.
+const providerAuto = "auto"
+
 // providerUnavailable is why provider cannot run on goos/goarch, or nil
-// where it can. The e2b provider runs anywhere (its sandboxes are E2B's).
-// The others need a Linux host: the local one's sandboxes are namespaces
-// and cgroups of this machine, and the docker one reaches envd through a
-// unix socket shared with the container, which Docker Desktop's VM on macOS
-// and Windows does not carry.
+// where it can. The local provider needs Linux (its sandboxes are
+// namespaces and cgroups of this machine); the docker provider runs
+// everywhere (off Linux through the tcp transport to Docker Desktop's VM).
 func providerUnavailable(provider, goos, goarch string) error {
-	if goos == "linux" || provider == e2b.Name {
+	if goos == "linux" || provider != providerLocal {
 		return nil
 	}
-	if provider == docker.Name {
-		return fmt.Errorf("--provider docker needs a Linux host in this version (it reaches envd through a unix socket shared with the container, which Docker Desktop's VM does not carry), and this is %s/%s: "+
-			"a loopback-port transport for Docker Desktop is planned", goos, goarch)
-	}
 	return fmt.Errorf("--provider local needs Linux (its sandboxes are namespaces and cgroups of this machine), and this is %s/%s: "+
-		"use --provider e2b here (E2B's sandboxes, or a Linux machine's `sandbox-mcp manage serve`); the docker provider on a Mac or Windows engine is planned", goos, goarch)
+		"use --provider docker with Docker Desktop, colima or OrbStack (the default here), or --provider e2b", goos, goarch)
+}
+
+// resolveProvider turns --provider auto into a provider: local where
+// bubblewrap is installed; else docker when an engine answers within two
+// seconds; else local (which then runs unisolated and says so). Off Linux
+// it is docker, the only provider that runs there.
+func (o *serveOptions) resolveProvider(ctx context.Context, log *slog.Logger) {
+	if o.provider != providerAuto {
+		return
+	}
+	switch {
+	case runtime.GOOS != "linux":
+		o.provider = docker.Name
+	case bwrapInstalled():
+		o.provider = providerLocal
+	case docker.Ping(ctx, o.dockerHost, 2*time.Second) == nil:
+		log.Info("bubblewrap is not installed and a docker engine answers: using the docker provider (--provider local to override)")
+		o.provider = docker.Name
+	default:
+		o.provider = providerLocal
+	}
 }
 
 // sandboxProvider is what a stack needs of its provider: the Manager's
@@ -224,8 +249,12 @@ func (o *serveOptions) build(ctx context.Context, log *slog.Logger, cfg server.C
 	if st.store, err = boltstore.Open(o.stateDir, boltstore.Options{Logger: log}); err != nil {
 		return nil, err
 	}
+	o.resolveProvider(ctx, log)
 	if st.provider, err = o.newProvider(ctx, log); err != nil {
 		return nil, err
+	}
+	if dp, isDocker := st.provider.(*docker.Provider); isDocker {
+		reapUnowned(ctx, dp, st.store, log)
 	}
 	if st.manager, err = manage.New(o.managerOptions(st.provider, st.store, log)); err != nil {
 		return nil, err
@@ -245,6 +274,46 @@ func (o *serveOptions) build(ctx context.Context, log *slog.Logger, cfg server.C
 	warnUnisolated(st.provider, log)
 	ok = true
 	return st, nil
+}
+
+// newProvider starts the provider --provider names: e2b (package
+// manage/e2b) on E2B's API, docker (package manage/docker) on its engine,
+// else the local provider. On an error it
+// returns a nil interface, never a typed nil.
+func (o *serveOptions) newProvider(ctx context.Context, log *slog.Logger) (sandboxProvider, error) {
+	switch o.provider {
+	case e2b.Name:
+		return o.newE2BProvider(ctx, log)
+	case docker.Name:
+	default:
+		return o.newLocalProvider(ctx, log)
+	}
+	transport, err := docker.ParseTransport(o.dockerTransport, runtime.GOOS)
+	if err != nil {
+		return nil, err
+	}
+	p, err := docker.New(ctx, docker.Config{
+		StateDir: o.stateDir, Image: o.dockerImage, Host: o.dockerHost, Transport: transport, DiskBytes: int64(o.disk), Logger: log,
+	})
+	if err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// reapUnowned removes, at start, the docker sandboxes of this server's
+// owner that no store record owns (docker.Provider.ReapUnowned), logging
+// what it removed; a failure is logged, not fatal.
+func reapUnowned(ctx context.Context, p *docker.Provider, store manage.Store, log *slog.Logger) {
+	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	rep, err := p.ReapUnowned(rctx, store, docker.ReapOptions{})
+	if err != nil {
+		log.Warn("could not remove every docker sandbox no workspace owns", "err", err)
+	}
+	if n := len(rep.Containers) + len(rep.Volumes) + len(rep.Dirs); n > 0 {
+		log.Info("removed docker sandboxes no workspace owns", "containers", rep.Containers, "volumes", rep.Volumes, "dirs", len(rep.Dirs))
+	}
 }
 
 // managerOptions are the Manager's options: the sandbox template (network,

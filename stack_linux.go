@@ -3,28 +3,14 @@ package main
 import (
 	"context"
 	"log/slog"
+	"os/exec"
 
-	"github.com/sandbox-mcp/sandbox-mcp/manage/docker"
-	"github.com/sandbox-mcp/sandbox-mcp/manage/e2b"
 	"github.com/sandbox-mcp/sandbox-mcp/manage/local"
 )
 
-// newProvider starts the provider --provider names: e2b (package
-// manage/e2b) on E2B's API, docker (package manage/docker) on its engine,
-// else the local provider (package
-// manage/local) on the state directory, with the isolation asked for. On an
-// error it returns a nil interface, never a typed nil.
-func (o *serveOptions) newProvider(ctx context.Context, log *slog.Logger) (sandboxProvider, error) {
-	if o.provider == e2b.Name {
-		return o.newE2BProvider(ctx, log)
-	}
-	if o.provider == docker.Name {
-		p, err := docker.New(ctx, docker.Config{StateDir: o.stateDir, Image: o.dockerImage, Host: o.dockerHost, Logger: log})
-		if err != nil {
-			return nil, err
-		}
-		return p, nil
-	}
+// newLocalProvider starts the local provider (package manage/local) on the
+// state directory, with the isolation asked for.
+func (o *serveOptions) newLocalProvider(ctx context.Context, log *slog.Logger) (sandboxProvider, error) {
 	p, err := local.New(ctx, local.Config{StateDir: o.stateDir, Isolation: o.isolation, Logger: log})
 	if err != nil {
 		return nil, err
@@ -32,10 +18,16 @@ func (o *serveOptions) newProvider(ctx context.Context, log *slog.Logger) (sandb
 	return p, nil
 }
 
+// bwrapInstalled reports whether bubblewrap is on PATH.
+func bwrapInstalled() bool {
+	_, err := exec.LookPath("bwrap")
+	return err == nil
+}
+
 // warnUnisolated logs loudly when the local provider runs without
 // isolation (no usable bubblewrap).
 func warnUnisolated(p sandboxProvider, log *slog.Logger) {
 	if lp, isLocal := p.(*local.Provider); isLocal && lp.Isolation() == "none" {
-		log.Warn("sandboxes run WITHOUT isolation: commands run as this user on this machine; install bubblewrap (apt-get install bubblewrap) for isolated sandboxes")
+		log.Warn("sandboxes run WITHOUT isolation: commands run as this user on this machine; install bubblewrap (apt-get install bubblewrap) for isolated sandboxes, or run a docker engine (the provider is then docker)")
 	}
 }

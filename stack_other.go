@@ -6,18 +6,17 @@ import (
 	"context"
 	"log/slog"
 	"runtime"
-
-	"github.com/sandbox-mcp/sandbox-mcp/manage/e2b"
 )
 
-// newProvider starts the e2b provider, the one that runs here; the others
-// need a Linux host, and check refuses them before this is reached.
-func (o *serveOptions) newProvider(ctx context.Context, log *slog.Logger) (sandboxProvider, error) {
-	if o.provider == e2b.Name {
-		return o.newE2BProvider(ctx, log)
-	}
-	return nil, providerUnavailable(o.provider, runtime.GOOS, runtime.GOARCH)
+// newLocalProvider refuses: the local provider needs Linux, and check
+// refuses it before this is reached.
+func (o *serveOptions) newLocalProvider(context.Context, *slog.Logger) (sandboxProvider, error) {
+	return nil, providerUnavailable(providerLocal, runtime.GOOS, runtime.GOARCH)
 }
 
-// warnUnisolated has nothing to warn of: E2B's sandboxes are microVMs.
+// bwrapInstalled is false: bubblewrap is Linux's.
+func bwrapInstalled() bool { return false }
+
+// warnUnisolated has nothing to warn of: only docker and e2b sandboxes run
+// here.
 func warnUnisolated(sandboxProvider, *slog.Logger) {}

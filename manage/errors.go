@@ -30,6 +30,10 @@ type LostError struct {
 	// FilesKept is true when the replacement kept the workspace files (a
 	// stopped sandbox restarted with a new daemon).
 	FilesKept bool
+	// OnlyWorkspaceKept is true when only the files of the workspace
+	// directory were kept (a new sandbox on the workspace's volume): the
+	// rest of its filesystem is new.
+	OnlyWorkspaceKept bool
 	// ReplaceErr says why no replacement was made while AutoRecreate is on.
 	ReplaceErr error
 	// Cause is the error that revealed the loss (nil when the loss was

@@ -58,6 +58,9 @@ type Event struct {
 	Detail string
 	// FilesKept is true for a recreation that kept the files.
 	FilesKept bool
+	// OnlyWorkspaceKept is true when only the workspace directory's files
+	// were kept (see LostError.OnlyWorkspaceKept).
+	OnlyWorkspaceKept bool
 	// Warnings are the sandbox's warnings (EventUnisolated).
 	Warnings []string
 }

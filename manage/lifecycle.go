@@ -228,6 +228,9 @@ func (m *Manager) create(ws *workspace, f *flight, epoch uint64, gen int64, kind
 		return fmt.Errorf("workspace %q: creating a sandbox with the %s provider: %w", ws.key, m.opts.Provider.Name(), err)
 	}
 	m.creations.Add(1)
+	if lost != nil && sb.WorkspaceKept {
+		lost.FilesKept, lost.OnlyWorkspaceKept = true, true
+	}
 	return m.publish(ws, f, epoch, sb, gen, kind, lost, true)
 }
 
@@ -299,7 +302,7 @@ func (m *Manager) publish(ws *workspace, f *flight, epoch uint64, sb Sandbox, ge
 	ev := Event{Kind: kind, PrevGeneration: prev, Generation: gen}
 	if lost != nil {
 		lost.Generation, lost.Replaced = gen, true
-		ev.State, ev.Detail, ev.FilesKept = lost.State, lost.Detail, lost.FilesKept
+		ev.State, ev.Detail, ev.FilesKept, ev.OnlyWorkspaceKept = lost.State, lost.Detail, lost.FilesKept, lost.OnlyWorkspaceKept
 		cp := *lost
 		ws.lastLoss = &cp
 	}

@@ -106,6 +106,12 @@ type Sandbox struct {
 	// Warnings are things a person or an agent must be told (for example
 	// that nothing isolates this sandbox from the host).
 	Warnings []string
+	// WorkspaceKept is set by Create when the new sandbox's workspace
+	// directory already holds the files of an earlier sandbox of the same
+	// key (a named workspace kept in a docker volume): a replacement then
+	// has its predecessor's workspace files, and nothing else of it (not
+	// its installed packages, other files or processes).
+	WorkspaceKept bool
 	// EndedAt is when the sandbox stopped or was lost, when the provider
 	// knows it (zero otherwise). The Manager uses it to tell an operation
 	// that certainly never ran from one that may have partly run.

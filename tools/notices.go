@@ -15,6 +15,8 @@ func lostNotice(le *manage.LostError) string {
 	why := lostReason(le)
 	var b strings.Builder
 	switch {
+	case le.Replaced && le.OnlyWorkspaceKept:
+		fmt.Fprintf(&b, "The sandbox was recreated (generation %d → %d) because %s. %s", le.PrevGeneration, le.Generation, why, workspaceKeptText)
 	case le.Replaced && le.FilesKept:
 		fmt.Fprintf(&b, "The sandbox was restarted (generation %d → %d) because %s. Files in the workspace were kept, but running processes from before are gone.", le.PrevGeneration, le.Generation, why)
 	case le.Replaced:
@@ -58,7 +60,10 @@ func eventNotice(ev manage.Event) string {
 		return fmt.Sprintf("The sandbox was restarted from its saved files (generation %d → %d): files in the workspace are kept, but processes from before (background servers, shells) are gone.", ev.PrevGeneration, ev.Generation)
 	case manage.EventRecreated:
 		what := "Files, installed packages and running processes from before are lost."
-		if ev.FilesKept {
+		switch {
+		case ev.OnlyWorkspaceKept:
+			what = workspaceKeptText
+		case ev.FilesKept:
 			what = "Files in the workspace were kept, but running processes from before are gone."
 		}
 		return fmt.Sprintf("The sandbox was recreated (generation %d → %d) before this call because the previous one was lost (%s). %s This call ran in the new sandbox.", ev.PrevGeneration, ev.Generation, ev.Detail, what)
@@ -73,6 +78,10 @@ func eventNotice(ev manage.Event) string {
 	}
 	return ""
 }
+
+// workspaceKeptText says what a new sandbox on a kept workspace volume
+// has of its predecessor.
+const workspaceKeptText = "Files in the workspace directory were kept (this workspace keeps them in a volume), but installed packages, changes outside the workspace and running processes from before are gone."
 
 // clampNotice says a timeout was lowered to the ceiling.
 func clampNotice(asked, ceiling time.Duration) string {

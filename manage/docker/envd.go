@@ -1,5 +1,3 @@
-//go:build linux
-
 package docker
 
 import (
@@ -22,12 +20,12 @@ const envdPrefix = "sandbox-envd-"
 
 // installEnvd writes the envd binary containers mount into binDir and
 // returns its path: src's content when src is set, else the lean envd this
-// binary embeds for the host's architecture, else the running executable.
-// It must be a static Linux executable for the host's architecture (the
-// image brings no libraries of ours). The file is named by its content, so
+// binary embeds for arch (the engine's architecture), else the running
+// executable when it is a Linux one. It must be a static Linux executable
+// for arch (the image brings no libraries of ours). The file is named by its content, so
 // a container created earlier still finds its binary after an upgrade; it
 // is never replaced in place.
-func installEnvd(binDir, src string) (string, error) {
+func installEnvd(binDir, src, arch string) (string, error) {
 	var data []byte
 	what := src
 	switch {
@@ -37,8 +35,8 @@ func installEnvd(binDir, src string) (string, error) {
 			return "", fmt.Errorf("envd binary: %w", err)
 		}
 		data = b
-	case envdbin.Lookup(goarch) != nil:
-		data, what = envdbin.Lookup(goarch).Data, "the embedded lean envd"
+	case envdbin.Lookup(arch) != nil:
+		data, what = envdbin.Lookup(arch).Data, "the embedded lean envd for linux/"+arch
 	default:
 		exe, err := os.Executable()
 		if err != nil {
@@ -50,7 +48,7 @@ func installEnvd(binDir, src string) (string, error) {
 		}
 		data, what = b, exe+" (this binary carries no lean envd: build it with `make build`)"
 	}
-	if err := checkStatic(data); err != nil {
+	if err := checkStatic(data, arch); err != nil {
 		return "", fmt.Errorf("envd binary %s cannot run in a container: %w", what, err)
 	}
 	sum := sha256.Sum256(data)
@@ -76,16 +74,16 @@ var elfMachines = map[string]elf.Machine{
 // errNotStatic is why a dynamically linked envd is refused.
 var errNotStatic = errors.New("it is dynamically linked (it names a program interpreter); build it with CGO_ENABLED=0")
 
-// checkStatic reports whether data is an ELF executable for the host's
-// architecture with no program interpreter (statically linked).
-func checkStatic(data []byte) error {
+// checkStatic reports whether data is an ELF executable for arch with no
+// program interpreter (statically linked).
+func checkStatic(data []byte, arch string) error {
 	f, err := elf.NewFile(bytes.NewReader(data))
 	if err != nil {
 		return fmt.Errorf("not an ELF executable: %w", err)
 	}
 	defer func() { _ = f.Close() }()
-	if want, ok := elfMachines[goarch]; ok && f.Machine != want {
-		return fmt.Errorf("it is built for %s, and this machine is %s", f.Machine, goarch)
+	if want, ok := elfMachines[arch]; ok && f.Machine != want {
+		return fmt.Errorf("it is built for %s, and the docker engine runs %s", f.Machine, arch)
 	}
 	for _, prog := range f.Progs {
 		if prog.Type == elf.PT_INTERP {

@@ -1,5 +1,3 @@
-//go:build linux
-
 package docker
 
 import (
@@ -33,6 +31,12 @@ func (p *Provider) inspect(ctx context.Context, id string) (container.InspectRes
 	if ci.Config == nil || ci.Config.Labels[LabelID] != id || ci.State == nil {
 		return ci, notFound(id)
 	}
+	if want := p.readRecord(id, containerFile); want == "" || ci.ID != want {
+		// Our name and labels, but not the container this provider made
+		// (or none recorded): someone else's, never adopted.
+		p.log.Warn("docker sandbox: a container has this sandbox's name and labels but is not the one the provider made; ignoring it", "id", id, "container", ci.ID)
+		return ci, notFound(id)
+	}
 	return ci, nil
 }
 
@@ -57,6 +61,7 @@ func (p *Provider) describe(id string, labels map[string]string, st *container.S
 	}
 	sb.CreatedAt, _ = time.Parse(time.RFC3339, labels[LabelCreated])
 	sb.State, sb.Detail = mapState(st)
+	sb.Warnings = p.warnings(labels)
 	if sb.State == manage.StateStopped || sb.State == manage.StateGone {
 		if t, err := time.Parse(time.RFC3339Nano, st.FinishedAt); err == nil && !t.IsZero() && t.Year() > 1 {
 			sb.EndedAt = t
@@ -104,6 +109,17 @@ func (p *Provider) Endpoint(ctx context.Context, id string) (manage.Endpoint, er
 	}
 	unlock := p.lock(id)
 	defer unlock()
+	if token := p.readRecord(id, tokenFile); token != "" {
+		ci, err := p.inspect(ctx, id)
+		if err != nil {
+			return manage.Endpoint{}, err
+		}
+		addr, err := publishedPort(ci)
+		if err != nil {
+			return manage.Endpoint{}, connect.NewError(connect.CodeUnavailable, fmt.Errorf("sandbox %s: %w", id, err))
+		}
+		return manage.Endpoint{URL: "http://" + addr, AccessToken: token, EnvdVersion: envd.Version}, nil
+	}
 	if err := refreshLink(dir); err != nil {
 		if _, lerr := os.Lstat(socketPath(p.dir, id)); lerr != nil {
 			return manage.Endpoint{}, connect.NewError(connect.CodeUnavailable, fmt.Errorf("sandbox %s: %w", id, err))
@@ -115,7 +131,7 @@ func (p *Provider) Endpoint(ctx context.Context, id string) (manage.Endpoint, er
 }
 
 // List returns the sandboxes of this provider's owner: containers with its
-// owner label.
+// owner label that it made (their engine id is the one it recorded).
 func (p *Provider) List(ctx context.Context) ([]manage.Sandbox, error) {
 	cs, err := p.cli.ContainerList(ctx, container.ListOptions{
 		All:     true,
@@ -127,7 +143,7 @@ func (p *Provider) List(ctx context.Context) ([]manage.Sandbox, error) {
 	out := make([]manage.Sandbox, 0, len(cs))
 	for _, c := range cs {
 		id := c.Labels[LabelID]
-		if !validID(id) {
+		if !validID(id) || c.ID != p.readRecord(id, containerFile) {
 			continue
 		}
 		st := &container.State{Status: c.State}

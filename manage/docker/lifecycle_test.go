@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -375,16 +376,16 @@ func TestRefreshLink(t *testing.T) {
 
 // The envd binary must be static.
 func TestCheckStatic(t *testing.T) {
-	if err := checkStatic([]byte("#!/bin/sh\n")); err == nil {
+	if err := checkStatic([]byte("#!/bin/sh\n"), runtime.GOARCH); err == nil {
 		t.Fatal("a script passed as an ELF executable")
 	}
 	data, err := os.ReadFile("/bin/sh")
 	if err == nil {
-		if err := checkStatic(data); !errors.Is(err, errNotStatic) {
+		if err := checkStatic(data, runtime.GOARCH); !errors.Is(err, errNotStatic) {
 			t.Errorf("/bin/sh (dynamic): %v", err)
 		}
 	}
-	if _, err := installEnvd(t.TempDir(), "/bin/sh"); err == nil {
+	if _, err := installEnvd(t.TempDir(), "/bin/sh", runtime.GOARCH); err == nil {
 		t.Error("installEnvd took a dynamic binary")
 	}
 }

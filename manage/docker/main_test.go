@@ -72,7 +72,7 @@ func dial(t testing.TB, p *Provider, id string) *envdclient.Client {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := envdclient.New(ep.URL)
+	c, err := envdclient.New(ep.URL, envdclient.WithAccessToken(ep.AccessToken))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,53 +1,97 @@
-//go:build linux
-
 // Package docker is the Docker sandbox provider: a sandbox is a container
 // from an image, made and controlled through the Docker Engine API (the
 // official Go client, with API version negotiation, so daemons from API 1.41
-// on work), never the docker command.
+// on work), never the docker command. It runs on Linux, macOS and Windows
+// hosts (Docker Desktop, colima, OrbStack); the containers are Linux ones.
 //
 // # The container
 //
 // Any Linux image works: the image needs nothing of ours. The provider's
-// static envd binary (the lean envd this binary embeds, or Config.EnvdBinary)
-// is bind-mounted read-only at /.sandbox-mcp/envd and is the container's
-// entrypoint, behind docker's init (tini) so that orphans are reaped. The
-// workspace is /workspace in the container's writable layer: its files
-// survive a stop and a restart of the container, and go with the container
-// (`docker rm`). The network is off (network mode none) unless the sandbox
-// asks for it; memory, CPU, process and open-file limits are the engine's
-// (cgroups and ulimits); no-new-privileges is set. Every container carries
+// static envd binary (the lean envd this binary embeds for the engine's
+// architecture, or Config.EnvdBinary) is bind-mounted read-only at
+// /.sandbox-mcp/envd and is the container's entrypoint, behind docker's
+// init (tini) so that orphans are reaped. The workspace is /workspace: in
+// the container's writable layer for an anonymous workspace (its files
+// survive a stop and a restart of the container, and go with the
+// container), and in a docker volume for a named one (below). The network
+// is off unless the sandbox asks for it (then the engine's bridge);
+// memory, CPU, process and open-file limits are the engine's (cgroups and
+// ulimits), and a disk cap where the storage driver has one
+// (Config.DiskBytes); no-new-privileges is set. Every container carries
 // labels under the prefix "sandbox-mcp." (LabelID, LabelOwner, LabelKey,
-// ...), and the provider acts only on containers with its labels. It never
-// pulls: an image that is not on the engine is an error naming it.
+// ...). It never pulls: an image that is not on the engine is an error
+// naming it.
+//
+// # Ownership
+//
+// Labels can be copied by anyone who can reach the engine, so they only
+// find candidates: the provider records the engine's id of every container
+// it creates in the sandbox's host directory (<StateDir>/docker/<id>), and
+// acts on a container (Info, Endpoint, Pause, Resume, Kill, List) only when
+// its engine id is the recorded one. A container that took a sandbox's
+// name and labels after the sandbox was removed is reported as the
+// sandbox being gone, never adopted. At start the server calls
+// ReapUnowned, which removes the containers of its owner label that no
+// store record owns (left by a crash, or copied), the workspace volumes of
+// keys the store does not know and stale host directories.
+//
+// # Named workspaces
+//
+// A named workspace's /workspace is a docker volume named after the owner
+// and the key (labelled with both), so its files survive a server restart
+// and the loss of the container (`docker rm -f`): the replacement mounts
+// the same volume and Create says so (Sandbox.WorkspaceKept), and the
+// notice tells the agent that the workspace's files were kept while
+// installed packages, other changes to the container's filesystem and
+// processes are gone. Kill (workspace_reset, the paused-TTL reaper)
+// removes the volume with the container, as the local provider removes a
+// sandbox's files.
 //
 // # Reaching envd
 //
-// envd listens on a unix socket, /.sandbox-mcp/run/envd.sock, in a host
-// directory bind-mounted read-write into the container:
-// <StateDir>/docker/<id>/run. That directory is the container's to change:
-// a process in it could replace the socket with a symbolic link, which the
-// server would follow on the host (to another sandbox's socket, or the
-// engine's), or with a socket of its own. So the server never dials that
-// name. Once envd is ready, the provider hard-links the socket into the
-// sandbox's host directory, <StateDir>/docker/<id>/envd.sock, which the
-// container cannot see, and Endpoint returns that link. The link is made
-// without following symbolic links (link(2) links a symlink itself) and the
-// linked inode must be a socket, or it is removed and refused. A socket
-// inode in the run directory can only have been bound there by a process of
-// that container (hard links across mounts fail, and the container sees no
-// other part of the host filesystem), so whatever it leads to is inside the
-// same sandbox; and once linked, the container cannot redirect the link.
-// When envd starts again (a stopped sandbox resumed, or the container
-// restarted behind the provider's back) its new socket replaces the link
-// (Endpoint relinks when the inodes differ).
+// Two transports (Config.Transport; DefaultTransport picks by GOOS):
 //
+// The socket (Linux, the default there): envd listens on a unix socket,
+// /.sandbox-mcp/run/envd.sock, in a host directory bind-mounted read-write
+// into the container: <StateDir>/docker/<id>/run. That directory is the
+// container's to change: a process in it could replace the socket with a
+// symbolic link, which the server would follow on the host (to another
+// sandbox's socket, or the engine's), or with a socket of its own. So the
+// server never dials that name. Once envd is ready, the provider
+// hard-links the socket into the sandbox's host directory,
+// <StateDir>/docker/<id>/envd.sock, which the container cannot see, and
+// Endpoint returns that link. The link is made without following symbolic
+// links (link(2) links a symlink itself) and the linked inode must be a
+// socket, or it is removed and refused. A socket inode in the run
+// directory can only have been bound there by a process of that container
+// (hard links across mounts fail, and the container sees no other part of
+// the host filesystem), so whatever it leads to is inside the same
+// sandbox; and once linked, the container cannot redirect the link. When
+// envd starts again (a stopped sandbox resumed, or the container restarted
+// behind the provider's back) its new socket replaces the link. The socket
+// is preferred where it works: only the server's user (and root) can reach
+// it, no port is open, and the container's network stays off (mode none).
 // Hard links of a socket owned by another user need CAP_FOWNER under
 // fs.protected_hardlinks, and connecting needs write permission on the
-// socket, which envd creates as the container's user: this first cut expects
-// the server to run as root (the container's root is the host's, as docker
-// maps no users by default). Docker Desktop on macOS and Windows runs the
-// engine in a VM that shares no unix sockets with the host, and a remote
-// DOCKER_HOST shares no directories: both are out of scope for now.
+// socket, which envd creates as the container's user: the socket
+// transport expects the server to run as root or the container's user.
+//
+// TCP (macOS and Windows, where the engine runs in a VM that shares no
+// unix sockets with the host; or asked for): envd listens on port 49983 in
+// the container, published on the host's 127.0.0.1 only, at a port the
+// engine picks, which Endpoint reads from the engine (nothing the
+// container writes). A loopback port is open to every local user of the
+// host, so envd requires an access token (X-Access-Token) that the
+// provider makes per container (32 random bytes), keeps 0600 in the host
+// directory and gives envd in its environment (which /proc shows only to
+// root), never in its command line. Network mode none publishes no port,
+// so a sandbox without network sits on a bridge without NAT and without
+// traffic between containers (sandbox-mcp-nonat): no internet and no other
+// sandbox, but the host (Docker Desktop's VM) is reachable at the bridge's
+// gateway, which its warnings say. When the container stops, its port is
+// free for anyone to bind until it starts again: a local user who binds it
+// meanwhile would receive one request and its token (which the restarted
+// container keeps). The socket transport has no such window.
 //
 // Containers outlive the server: the Manager pauses or kills them at the
 // end of a session, and a server that starts again finds them by id.
@@ -91,6 +135,13 @@ const (
 	LabelNamed    = LabelPrefix + "named"    // "true" for a named workspace
 	LabelCreated  = LabelPrefix + "created"  // RFC 3339 creation time
 	LabelEnvd     = LabelPrefix + "envd"     // the envd protocol version
+	// LabelTransport is the sandbox's Transport ("socket" or "tcp").
+	LabelTransport = LabelPrefix + "transport"
+	// LabelDisk is "enforced" or "unenforced" when a disk limit was asked
+	// for, absent otherwise.
+	LabelDisk = LabelPrefix + "disk"
+	// LabelNetwork is "true" for a sandbox with network access.
+	LabelNetwork = LabelPrefix + "network"
 )
 
 // Paths inside the container.
@@ -116,12 +167,23 @@ type Config struct {
 	// Template overrides it.
 	Image string
 	// Host is the engine's address ("unix:///var/run/docker.sock",
-	// "tcp://host:2376"). Default: DOCKER_HOST, else DefaultHost. Sandboxes
-	// need an engine on this machine (see the package comment).
+	// "npipe:////./pipe/docker_engine"). Default: ResolveHost's choice
+	// (DOCKER_HOST, else the platform's usual sockets). The engine must see
+	// this machine's StateDir (the envd binary is bind-mounted from it):
+	// an engine on this machine, or Docker Desktop, which shares the home
+	// directory with its VM.
 	Host string
+	// Transport is how the server reaches envd (DefaultTransport(GOOS)
+	// when empty): see TransportSocket and TransportTCP.
+	Transport Transport
+	// DiskBytes caps each container's writable layer where the engine's
+	// storage driver can (overlay2 on xfs mounted with pquota, btrfs, zfs,
+	// devicemapper, windowsfilter); elsewhere the sandbox says it is not
+	// enforced (Sandbox.Warnings). 0: no cap.
+	DiskBytes int64
 	// EnvdBinary is a static Linux envd binary (the lean sandbox-envd or a
 	// static sandbox-mcp). Default: the lean envd this binary embeds for the
-	// host's architecture, else the running executable when it is static.
+	// engine's architecture, else the running executable when it is static.
 	// It is copied into StateDir/docker/bin, which containers mount.
 	EnvdBinary string
 	// Owner is the value of every container's LabelOwner, which List
@@ -151,6 +213,14 @@ type Provider struct {
 	envd    string // the installed envd binary, mounted into containers
 	limits  manage.Limits
 	version string // the engine's API version, negotiated
+	// transport is Config.Transport resolved; disk is Config.DiskBytes and
+	// diskOK whether the storage driver can enforce it (diskWhy says why
+	// not).
+	transport Transport
+	disk      int64
+	diskOK    bool
+	diskWhy   string
+	driver    string // the storage driver and its backing filesystem
 
 	mu    sync.Mutex
 	locks map[string]*idLock
@@ -181,7 +251,14 @@ func New(ctx context.Context, cfg Config) (*Provider, error) {
 	}
 	dir := filepath.Join(stateDir, "docker")
 	// A unix socket path has at most 107 bytes.
-	if sock := socketPath(dir, "d123456789abcdef"); len(sock) > 107 {
+	transport := cfg.Transport
+	if transport == "" {
+		transport = DefaultTransport(runtime.GOOS)
+	}
+	if transport == TransportSocket && runtime.GOOS != "linux" {
+		return nil, fmt.Errorf("docker provider: the socket transport needs a Linux host (a unix socket does not cross into Docker Desktop's VM); use the tcp transport on %s", runtime.GOOS)
+	}
+	if sock := socketPath(dir, "d123456789abcdef"); transport == TransportSocket && len(sock) > 107 {
 		return nil, fmt.Errorf("docker provider: state directory %s is too long: socket paths under it (%d bytes) exceed the 107-byte limit of unix sockets", stateDir, len(sock))
 	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
@@ -198,7 +275,17 @@ func New(ctx context.Context, cfg Config) (*Provider, error) {
 		return nil, fmt.Errorf("docker provider: cannot reach the docker engine at %s (is dockerd running?): %w", host, err)
 	}
 	cli.NegotiateAPIVersionPing(ping)
-	envdPath, err := installEnvd(filepath.Join(dir, "bin"), cfg.EnvdBinary)
+	info, err := cli.Info(ctx)
+	if err != nil {
+		_ = cli.Close()
+		return nil, fmt.Errorf("docker provider: docker engine at %s: %w", host, err)
+	}
+	if info.OSType != "" && info.OSType != "linux" {
+		_ = cli.Close()
+		return nil, fmt.Errorf("docker provider: the docker engine at %s runs %s containers; sandboxes need Linux containers (switch Docker Desktop to Linux containers)", host, info.OSType)
+	}
+	arch := engineArch(info.Architecture)
+	envdPath, err := installEnvd(filepath.Join(dir, "bin"), cfg.EnvdBinary, arch)
 	if err != nil {
 		_ = cli.Close()
 		return nil, fmt.Errorf("docker provider: %w", err)
@@ -213,24 +300,21 @@ func New(ctx context.Context, cfg Config) (*Provider, error) {
 	if image == "" {
 		image = DefaultImage
 	}
+	def := cfg.DefaultLimits
+	if def.MemoryBytes == 0 && info.MemTotal > 0 {
+		def.MemoryBytes = info.MemTotal / 2 // the engine's machine (Docker Desktop: its VM)
+	}
 	p := &Provider{
 		log: log, cli: cli, dir: dir, image: image, owner: owner, user: cfg.User, envd: envdPath,
-		limits: resolveDefaults(cfg.DefaultLimits), version: cli.ClientVersion(), locks: map[string]*idLock{},
+		limits: resolveDefaults(def), version: cli.ClientVersion(), locks: map[string]*idLock{},
+		transport: transport, disk: cfg.DiskBytes,
 	}
-	log.Debug("docker provider ready", "host", host, "api_version", p.version, "image", image, "envd", envdPath, "owner", owner)
+	p.driver, p.diskOK, p.diskWhy = diskSupport(info.Driver, info.DriverStatus)
+	if p.disk > 0 && !p.diskOK {
+		log.Warn("docker provider: the disk limit cannot be enforced", "reason", p.diskWhy)
+	}
+	log.Debug("docker provider ready", "host", host, "api_version", p.version, "image", image, "envd", envdPath, "owner", owner, "transport", transport, "storage", p.driver)
 	return p, nil
-}
-
-// ResolveHost returns the engine address New uses for host: host itself,
-// else DOCKER_HOST, else DefaultHost.
-func ResolveHost(host string) string {
-	if host != "" {
-		return host
-	}
-	if h := os.Getenv("DOCKER_HOST"); h != "" {
-		return h
-	}
-	return DefaultHost
 }
 
 // resolveDefaults fills the package defaults into zero fields of lim.
@@ -296,6 +380,9 @@ func containerName(id string) string { return containerPrefix + id }
 // sandboxDir is the host directory of sandbox id.
 func (p *Provider) sandboxDir(id string) string { return filepath.Join(p.dir, id) }
 
+// errForeignVolume is why a volume with our name but not our labels is refused.
+var errForeignVolume = errors.New("a volume of this name exists and is not this server's (its owner label differs); remove or rename it")
+
 func notFound(id string) error {
 	return connect.NewError(connect.CodeNotFound, fmt.Errorf("sandbox %s not found", id))
 }
@@ -314,8 +401,28 @@ func engineError(what string, err error) error {
 	return connect.NewError(connect.CodeUnavailable, fmt.Errorf("%s: docker engine: %w", what, err))
 }
 
-// goarch is the architecture of the envd the provider embeds and mounts.
-var goarch = runtime.GOARCH
+// engineArch maps the engine's architecture ("x86_64", "aarch64") to
+// GOARCH's names; "" gives this host's.
+func engineArch(a string) string {
+	switch a {
+	case "x86_64", "amd64":
+		return "amd64"
+	case "aarch64", "arm64":
+		return "arm64"
+	case "":
+		return runtime.GOARCH
+	}
+	return a
+}
+
+// Transport returns the transport of the sandboxes this provider creates.
+func (p *Provider) Transport() Transport { return p.transport }
+
+// DiskLimit reports the disk cap per sandbox, whether the storage driver
+// enforces it, and why not when it does not.
+func (p *Provider) DiskLimit() (bytes int64, enforced bool, why string) {
+	return p.disk, p.diskOK, p.diskWhy
+}
 
 // trimLines returns s's last n lines, trimmed.
 func trimLines(s string, n int) string {

@@ -1,5 +1,3 @@
-//go:build linux
-
 package docker
 
 import (
@@ -8,8 +6,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-
-	"golang.org/x/sys/unix"
 )
 
 // The socket files of sandbox ID, under <StateDir>/docker/ID (see the
@@ -72,7 +68,7 @@ func refreshLink(sandboxDir string) error {
 	if err := os.Remove(tmp); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return err
 	}
-	if err := unix.Linkat(unix.AT_FDCWD, src, unix.AT_FDCWD, tmp, 0); err != nil {
+	if err := linkNoFollow(src, tmp); err != nil {
 		return fmt.Errorf("envd socket: link %s: %w", src, err)
 	}
 	got, err := os.Lstat(tmp)

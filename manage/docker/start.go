@@ -1,5 +1,3 @@
-//go:build linux
-
 package docker
 
 import (
@@ -27,8 +25,9 @@ import (
 func (p *Provider) start(ctx context.Context, id string) error {
 	name := containerName(id)
 	dir := p.sandboxDir(id)
+	socket := p.readRecord(id, tokenFile) == ""
 	// The link from before leads to a socket nobody listens on any more.
-	if err := os.Remove(socketPath(p.dir, id)); err != nil && !errors.Is(err, os.ErrNotExist) {
+	if err := os.Remove(socketPath(p.dir, id)); socket && err != nil && !errors.Is(err, os.ErrNotExist) {
 		return connect.NewError(connect.CodeInternal, fmt.Errorf("start sandbox %s: %w", id, err))
 	}
 	att, err := p.cli.ContainerAttach(ctx, name, container.AttachOptions{Stream: true, Stdout: true, Stderr: true})
@@ -65,6 +64,9 @@ func (p *Provider) start(ctx context.Context, id string) error {
 			detail += "; envd said: " + msg
 		}
 		return connect.NewError(connect.CodeInternal, fmt.Errorf("start sandbox %s: %s", id, detail))
+	}
+	if !socket {
+		return nil
 	}
 	if err := refreshLink(dir); err != nil {
 		return connect.NewError(connect.CodeInternal, fmt.Errorf("start sandbox %s: %w", id, err))

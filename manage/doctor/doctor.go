@@ -9,7 +9,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"runtime"
@@ -17,6 +16,7 @@ import (
 	"time"
 
 	"github.com/sandbox-mcp/sandbox-mcp/envd/envdbin"
+	"github.com/sandbox-mcp/sandbox-mcp/manage/docker"
 	"github.com/sandbox-mcp/sandbox-mcp/manage/e2b"
 )
 
@@ -80,8 +80,8 @@ func Run(ctx context.Context, cfg Config) Report {
 	}
 	add(dockerCheck(ctx, cfg))
 	add(e2bCheck(ctx, cfg))
-	if cfg.Provider != "" && cfg.Provider != "local" && cfg.Provider != "docker" && cfg.Provider != e2b.Name {
-		add(Check{Name: "provider", Status: Fail, Detail: fmt.Sprintf("--provider %s is not a provider of this version; local, docker and e2b are", cfg.Provider), Fix: "use --provider local, docker or e2b"})
+	if cfg.Provider != "" && cfg.Provider != "auto" && cfg.Provider != "local" && cfg.Provider != "docker" && cfg.Provider != e2b.Name {
+		add(Check{Name: "provider", Status: Fail, Detail: fmt.Sprintf("--provider %s is not a provider of this version; local, docker, e2b and auto are", cfg.Provider), Fix: "use --provider local, docker, e2b or auto"})
 	}
 	return r
 }
@@ -119,7 +119,7 @@ func localUnavailable(cfg Config, goos, goarch string) Check {
 	if cfg.Provider == "" || cfg.Provider == "local" {
 		c.Status = Fail
 		c.Detail += "; this version has no provider that runs here"
-		c.Fix = "use --provider e2b here, or run sandbox-mcp on a Linux machine, with the local provider or with --provider docker and a Linux Docker engine (Docker Desktop support is planned)"
+		c.Fix = "use --provider docker (the default here) with " + dockerFix(goos) + "; or --provider e2b"
 	}
 	return c
 }
@@ -142,52 +142,37 @@ func linuxEnvdCheck(all []*envdbin.Envd) Check {
 	return c
 }
 
-// dockerCheck pings the Docker engine.
+// dockerCheck pings the Docker engine at --docker-host, else where the
+// docker provider looks (docker.ResolveHost: DOCKER_HOST, then the
+// platform's usual sockets).
 func dockerCheck(ctx context.Context, cfg Config) Check {
 	c := Check{Name: "docker engine"}
-	host := cfg.DockerHost
-	if host == "" {
-		host = os.Getenv("DOCKER_HOST")
-	}
-	if host == "" {
-		host = "unix:///var/run/docker.sock"
-	}
+	host := docker.ResolveHost(cfg.DockerHost)
 	relevant := cfg.Provider == "docker"
-	var tr http.Transport
-	url := "http://docker/_ping"
+	err := docker.Ping(ctx, host, 3*time.Second)
 	switch {
-	case strings.HasPrefix(host, "unix://"):
-		sock := strings.TrimPrefix(host, "unix://")
-		tr.DialContext = func(ctx context.Context, _, _ string) (net.Conn, error) {
-			var d net.Dialer
-			return d.DialContext(ctx, "unix", sock)
-		}
-	case strings.HasPrefix(host, "tcp://"):
-		url = "http://" + strings.TrimPrefix(host, "tcp://") + "/_ping"
-	default:
-		c.Status, c.Detail = Warn, fmt.Sprintf("DOCKER_HOST %q is not unix:// or tcp://; not checked", host)
-		return c
-	}
-	cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-	defer cancel()
-	req, _ := http.NewRequestWithContext(cctx, http.MethodGet, url, nil)
-	resp, err := (&http.Client{Transport: &tr}).Do(req)
-	if err == nil {
-		resp.Body.Close()
-	}
-	switch {
-	case err == nil && resp.StatusCode == http.StatusOK:
+	case err == nil:
 		c.Status, c.Detail = OK, "reachable at "+host
+		return c
 	case relevant:
 		c.Status = Fail
 	default:
 		c.Status = Skip
 	}
-	if c.Status != OK {
-		c.Detail = fmt.Sprintf("not reachable at %s (%v); needed only for --provider docker", host, errOrStatus(err, resp))
-		c.Fix = "install and start Docker (sudo apt-get install docker.io && sudo systemctl start docker), or use --provider local"
-	}
+	c.Detail = fmt.Sprintf("not reachable at %s (%v); needed only for --provider docker", host, err)
+	c.Fix = dockerFix(runtime.GOOS)
 	return c
+}
+
+// dockerFix says how to get a docker engine on goos.
+func dockerFix(goos string) string {
+	switch goos {
+	case "darwin":
+		return "install and start Docker Desktop (https://docs.docker.com/desktop/setup/install/mac-install/), or colima (brew install colima docker && colima start), or OrbStack; or point --docker-host at an engine"
+	case "windows":
+		return "install and start Docker Desktop with Linux containers (https://docs.docker.com/desktop/setup/install/windows-install/); or point --docker-host at an engine"
+	}
+	return "install and start Docker (sudo apt-get install docker.io && sudo systemctl start docker), or use --provider local"
 }
 
 // e2bCheck makes one authenticated call to E2B's management API when an

@@ -31,7 +31,7 @@ func BenchCreateToFirstRun(b *testing.B, p manage.Provider) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		c, err := envdclient.New(ep.URL, envdclient.WithEnvdVersion(ep.EnvdVersion))
+		c, err := envdclient.New(ep.URL, append([]envdclient.Option{envdclient.WithEnvdVersion(ep.EnvdVersion), envdclient.WithAccessToken(ep.AccessToken)}, ep.ClientOptions...)...)
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -195,11 +195,22 @@ export async function within (p, what, ms = 30_000) {
 // --- sandbox-mcp serve ---------------------------------------------------------
 
 /**
- * serveEnv is the environment for a serve child: the caller's, with HOME in
- * the test's state directory so nothing lands in the real home.
+ * providerEnv are the variables a serve child inherits from the caller so
+ * that scripts/interop can run the suite against another provider
+ * (SANDBOX_MCP_PROVIDER=docker SANDBOX_MCP_DOCKER_IMAGE=…).
+ */
+const providerEnv = ['SANDBOX_MCP_PROVIDER', 'SANDBOX_MCP_DOCKER_IMAGE', 'SANDBOX_MCP_DOCKER_HOST', 'SANDBOX_MCP_DOCKER_TRANSPORT', 'DOCKER_HOST']
+
+/**
+ * serveEnv is the environment for a serve child: PATH, HOME in the test's
+ * state directory so nothing lands in the real home, and the provider
+ * variables (providerEnv) the caller set.
  */
 export function serveEnv (stateDir) {
   const env = { PATH: process.env.PATH, HOME: join(stateDir, 'home') }
+  for (const name of providerEnv) {
+    if (process.env[name]) env[name] = process.env[name]
+  }
   mkdirSync(env.HOME, { recursive: true })
   return env
 }
