@@ -94,6 +94,15 @@ func TestREADMECommands(t *testing.T) {
 				t.Log("not run here: scripts/test runs make lint and make checkgenerate (which runs generate), and go test -race (make test)")
 			case strings.HasPrefix(cmd, "./sandbox-mcp serve --http"):
 				runHTTPServe(t, n, cmd)
+			case strings.HasPrefix(cmd, "./sandbox-mcp manage serve"):
+				runLongRunning(t, n, cmd, func(ready string) {
+					// Up, and refusing a request without its key.
+					resp, err := http.Get(ready + "/v2/sandboxes")
+					if err != nil || resp.StatusCode != http.StatusUnauthorized {
+						t.Fatalf("manage serve from the README: GET /v2/sandboxes without a key: %v %v", resp, err)
+					}
+					resp.Body.Close()
+				})
 			case strings.Contains(cmd, "./sandbox-mcp envd"):
 				runLongRunning(t, n, cmd, func(ready string) {
 					resp, err := http.Get("http://127.0.0.1:49983/health")
