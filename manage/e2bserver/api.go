@@ -235,6 +235,10 @@ func (s *Server) get(w http.ResponseWriter, r *http.Request) {
 	}
 	rec := b.rec
 	s.mu.Unlock()
+	if s.lost(r.Context(), b) {
+		writeError(w, http.StatusNotFound, e2bapi.NotFoundMessage(id))
+		return
+	}
 	onTimeout := "kill"
 	if rec.AutoPause {
 		onTimeout = "pause"
@@ -273,6 +277,37 @@ func (s *Server) delete(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
+}
+
+// lost reports whether the provider says b is gone (removed behind the
+// server's back, or its provider lost it); the record is then forgotten,
+// as E2B forgets a sandbox that died. An inconclusive answer is not a
+// loss.
+func (s *Server) lost(ctx context.Context, b *sandbox) bool {
+	ctx, cancel := context.WithTimeout(ctx, providerTimeout)
+	defer cancel()
+	info, err := s.provider.Info(ctx, b.rec.ProviderID)
+	if err != nil || !info.State.Terminal() {
+		return false
+	}
+	s.log.Warn("sandbox is gone from the provider; forgetting it", "sandbox", b.rec.ID, "detail", info.Detail)
+	s.forget(b)
+	return true
+}
+
+// forget drops b's record and proxy connections.
+func (s *Server) forget(b *sandbox) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.boxes[b.rec.ID] != b {
+		return
+	}
+	delete(s.boxes, b.rec.ID)
+	if t := s.targets[b.rec.ID]; t != nil {
+		t.client.Close()
+		delete(s.targets, b.rec.ID)
+	}
+	s.saveLocked()
 }
 
 // present reports whether b is still a sandbox of the server (not killed

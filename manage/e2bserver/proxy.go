@@ -275,6 +275,7 @@ func (s *Server) target(ctx context.Context, b *sandbox) (*proxyTarget, error) {
 				return
 			}
 			s.log.Debug("proxy: envd unreachable", "sandbox", id, "err", err)
+			s.lost(context.WithoutCancel(r.Context()), b)
 			writeProxyError(w, id, 0)
 		},
 	}

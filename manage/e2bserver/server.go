@@ -379,17 +379,12 @@ func (s *Server) kill(ctx context.Context, b *sandbox) error {
 	s.mu.Unlock()
 	err := s.provider.Kill(ctx, b.rec.ProviderID)
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	b.killing = false
+	s.mu.Unlock()
 	if err != nil {
 		return err
 	}
-	delete(s.boxes, b.rec.ID)
-	if t := s.targets[b.rec.ID]; t != nil {
-		t.client.Close()
-		delete(s.targets, b.rec.ID)
-	}
-	s.saveLocked()
+	s.forget(b)
 	return nil
 }
 

@@ -225,3 +225,25 @@ func TestRestartKeepsPausedSandbox(t *testing.T) {
 	}
 	h2.status(http.StatusNoContent, keyA, http.MethodDelete, "/sandboxes/"+sb.SandboxID, nil, nil)
 }
+
+// TestLossBehindTheServersBack: a sandbox the provider lost (killed
+// directly) is 404 on GET and 502 through the proxy, as E2B answers for a
+// sandbox that died.
+func TestLossBehindTheServersBack(t *testing.T) {
+	p := newLocalProvider(t)
+	h := start(t, p, "")
+	sb := h.create(keyA, e2bapi.NewSandbox{Timeout: 600})
+	h.srv.mu.Lock()
+	providerID := h.srv.boxes[sb.SandboxID].rec.ProviderID
+	h.srv.mu.Unlock()
+	if err := p.Kill(context.Background(), providerID); err != nil {
+		t.Fatal(err)
+	}
+	if code, _ := h.proxyGet("", map[string]string{e2bapi.HeaderSandboxID: sb.SandboxID, e2bapi.HeaderSandboxPort: "49983"}, "/health"); code != http.StatusBadGateway {
+		t.Fatalf("proxy to a lost sandbox: %d, want 502", code)
+	}
+	if _, code := h.detail(keyA, sb.SandboxID); code != http.StatusNotFound {
+		t.Fatalf("GET of a lost sandbox: %d, want 404", code)
+	}
+	h.status(http.StatusNotFound, keyA, http.MethodDelete, "/sandboxes/"+sb.SandboxID, nil, nil)
+}
