@@ -4,6 +4,7 @@ package e2bserver
 
 import (
 	"context"
+	"io"
 	"net/http"
 	"net/url"
 	"strings"
@@ -246,4 +247,41 @@ func TestLossBehindTheServersBack(t *testing.T) {
 		t.Fatalf("GET of a lost sandbox: %d, want 404", code)
 	}
 	h.status(http.StatusNotFound, keyA, http.MethodDelete, "/sandboxes/"+sb.SandboxID, nil, nil)
+}
+
+// TestProxyStreams: output crosses the proxy while the process runs (no
+// buffering until the end): the process prints, then waits for input that
+// is sent only once its first line arrived.
+func TestProxyStreams(t *testing.T) {
+	h := start(t, newLocalProvider(t), "")
+	c := h.envd(h.create(keyA, e2bapi.NewSandbox{Timeout: 600}))
+	stdinR, stdinW := io.Pipe()
+	seen := &lineWaiter{want: "first\n", then: func() { _, _ = stdinW.Write([]byte("go\n")); _ = stdinW.Close() }}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	res, err := c.Run(ctx, envdclient.Command{Cmd: "sh", Args: []string{"-c", "echo first; read x; echo second $x"}, Stdin: stdinR},
+		envdclient.RunOptions{Stdout: seen})
+	if err != nil {
+		t.Fatalf("%v (the first line did not cross the proxy before the end?)", err)
+	}
+	if got := string(res.Stdout.Bytes()); got != "first\nsecond go\n" {
+		t.Fatalf("stdout %q", got)
+	}
+}
+
+// lineWaiter calls then once the output so far starts with want.
+type lineWaiter struct {
+	buf  []byte
+	want string
+	then func()
+	done bool
+}
+
+func (l *lineWaiter) Write(p []byte) (int, error) {
+	l.buf = append(l.buf, p...)
+	if !l.done && strings.HasPrefix(string(l.buf), l.want) {
+		l.done = true
+		l.then()
+	}
+	return len(p), nil
 }
