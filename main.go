@@ -7,7 +7,7 @@
 //
 // This package is only the command line: main.go holds the command
 // framework, each command has its file (serve.go, call.go, tools.go,
-// doctor.go, envd.go, version.go), flags.go the flag types and the
+// doctor.go, envd.go, manage.go, version.go), flags.go the flag types and the
 // environment mapping, stack.go the assembly of provider, store, manager,
 // tools and server that serve and call run, and readyfd.go the --ready-fd
 // signal.
@@ -62,6 +62,7 @@ func commands() []command {
 		{name: "tools", args: "", summary: "list the tools the model sees, with their schemas (--json for machines)", setup: toolsCommand},
 		{name: "doctor", args: "", summary: "check this machine: isolation, providers, directories, versions", setup: doctorCommand},
 		{name: "envd", args: "--listen ADDR --root DIR", summary: "run the in-sandbox daemon (E2B envd protocol)", setup: envdCommand},
+		{name: "manage serve", args: "", summary: "serve a local E2B-compatible management API and envd proxy (--listen ADDR --api-key K)", setup: manageServeCommand},
 		{name: "version", summary: "print the version", setup: versionCommand},
 	}
 }
@@ -84,6 +85,10 @@ func run(ctx context.Context, argv []string, stdout, stderr io.Writer) int {
 			return 2
 		}
 		return 0
+	}
+	// A two-word command ("manage serve") is looked up by both words.
+	if len(argv) > 1 && findCommand(cmds, argv[0]+" "+argv[1]) != nil {
+		argv = append([]string{argv[0] + " " + argv[1]}, argv[2:]...)
 	}
 	cmd := findCommand(cmds, argv[0])
 	if cmd == nil {
@@ -143,7 +148,7 @@ func findCommand(cmds []command, name string) *command {
 func usage(w io.Writer, cmds []command) {
 	fmt.Fprintf(w, "sandbox-mcp: an MCP server that gives LLM agents a real sandbox\n\nusage: sandbox-mcp COMMAND [flags]\n\ncommands:\n")
 	for _, c := range cmds {
-		fmt.Fprintf(w, "  %-9s %s\n", c.name, c.summary)
+		fmt.Fprintf(w, "  %-12s %s\n", c.name, c.summary)
 	}
 	fmt.Fprintf(w, "\nRun 'sandbox-mcp COMMAND -h' for a command's flags.\n")
 }

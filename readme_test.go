@@ -96,6 +96,15 @@ func TestREADMECommands(t *testing.T) {
 				t.Log("not run here: it needs an E2B API key (TestE2BWrongKey runs the binary with --provider e2b; manage/e2b tests the provider against an E2B-compatible API)")
 			case strings.HasPrefix(cmd, "./sandbox-mcp serve --http"):
 				runHTTPServe(t, n, cmd)
+			case strings.HasPrefix(cmd, "./sandbox-mcp manage serve"):
+				runLongRunning(t, n, cmd, func(ready string) {
+					// Up, and refusing a request without its key.
+					resp, err := http.Get(ready + "/v2/sandboxes")
+					if err != nil || resp.StatusCode != http.StatusUnauthorized {
+						t.Fatalf("manage serve from the README: GET /v2/sandboxes without a key: %v %v", resp, err)
+					}
+					resp.Body.Close()
+				})
 			case strings.Contains(cmd, "./sandbox-mcp envd"):
 				runLongRunning(t, n, cmd, func(ready string) {
 					resp, err := http.Get("http://127.0.0.1:49983/health")

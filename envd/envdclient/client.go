@@ -232,6 +232,12 @@ func (c *Client) Close() { c.transport.CloseIdleConnections() }
 // Endpoint returns the origin requests go to ("http://envd" for a socket).
 func (c *Client) Endpoint() string { return c.base.String() }
 
+// HTTPClient returns the client's HTTP client, for a caller that forwards
+// requests of its own to the daemon (the management server's envd proxy):
+// requests to Endpoint() get the credentials and routing headers and go
+// through the unix socket check; requests anywhere else are refused.
+func (c *Client) HTTPClient() *http.Client { return c.http }
+
 // isLoopback reports whether host is localhost or a loopback IP.
 func isLoopback(host string) bool {
 	if strings.EqualFold(host, "localhost") {

@@ -51,6 +51,80 @@ type watch struct {
 	dirs  map[string]bool   // watched subdirectories (the root excluded)
 	moved map[string]uint64 // watched subdirectories renamed away, by event seq
 	seq   uint64            // events handled so far
+	// uploads are the destinations whose upload's temporary file (see
+	// UploadTempPattern) was just renamed away, towards them.
+	uploads map[string]bool
+}
+
+// uploadTempInfix separates a destination's name from the random suffix
+// in an upload's temporary name.
+const uploadTempInfix = ".upload-"
+
+// UploadTempPattern is the os.CreateTemp pattern of the temporary file an
+// upload to a file named base is staged in, beside it, before it is
+// renamed into place: ".BASE.upload-*" (base cut to 100 bytes to leave
+// room in NAME_MAX). Watches never report such names: the rename onto the
+// destination is reported as WRITE on it, as E2B's envd, which writes in
+// place, reports an upload (the uploader creates a new destination first,
+// which is its CREATE).
+func UploadTempPattern(base string) string {
+	if len(base) > 100 {
+		base = base[:100]
+	}
+	return "." + base + uploadTempInfix + "*"
+}
+
+// uploadDestination returns the destination name (possibly cut to 100
+// bytes) of an upload's temporary file name, or false when name is not
+// one: ".BASE.upload-DIGITS", as os.CreateTemp makes from
+// UploadTempPattern.
+func uploadDestination(name string) (string, bool) {
+	if !strings.HasPrefix(name, ".") {
+		return "", false
+	}
+	i := strings.LastIndex(name, uploadTempInfix)
+	if i < 2 {
+		return "", false
+	}
+	digits := name[i+len(uploadTempInfix):]
+	if digits == "" || strings.Trim(digits, "0123456789") != "" {
+		return "", false
+	}
+	return name[1:i], true
+}
+
+// upload handles an event on an upload's temporary file (dropped) or the
+// rename of one onto its destination (a WRITE); it reports whether ev was one (and is
+// handled), and whether the watch goes on.
+func (w *watch) upload(ev fsnotify.Event, path string) (handled, ok bool) {
+	dir, name := filepath.Split(path)
+	if dest, isTemp := uploadDestination(name); isTemp {
+		final := filepath.Join(dir, dest)
+		// The temporary file is renamed away (IN_MOVED_FROM) right before
+		// it arrives at final (IN_MOVED_TO, which fsnotify reports as
+		// Create, like a new file).
+		switch {
+		case ev.Has(fsnotify.Rename):
+			w.uploads[final] = true
+		case ev.Has(fsnotify.Remove):
+			delete(w.uploads, final) // an aborted upload
+		}
+		return true, true
+	}
+	if !ev.Has(fsnotify.Create) {
+		return false, true
+	}
+	key := path
+	pending := w.uploads[key]
+	if !pending && len(name) > 100 {
+		key = filepath.Join(dir, name[:100])
+		pending = w.uploads[key]
+	}
+	if !pending {
+		return false, true
+	}
+	delete(w.uploads, key)
+	return true, w.emit(path, filesystem.EventType_EVENT_TYPE_WRITE)
 }
 
 // selfMoveWindow bounds how many events later the duplicate RENAME of a moved
@@ -75,6 +149,7 @@ func newWatch(root string, recursive, includeEntry bool, log *slog.Logger) (*wat
 		done:         make(chan struct{}),
 		dirs:         map[string]bool{},
 		moved:        map[string]uint64{},
+		uploads:      map[string]bool{},
 	}
 	if err := fsw.Add(root); err != nil {
 		fsw.Close()
@@ -155,6 +230,11 @@ func (w *watch) handle(ev fsnotify.Event) bool {
 	w.seq++
 	path := filepath.Clean(ev.Name)
 	isRoot := path == w.root
+	if !isRoot {
+		if handled, ok := w.upload(ev, path); handled {
+			return ok
+		}
+	}
 
 	// A watched subdirectory that is renamed is reported twice: by its
 	// parent (IN_MOVED_FROM) and by its own watch (IN_MOVE_SELF), in that

@@ -182,3 +182,24 @@ func TestIdlePollersAreDropped(t *testing.T) {
 		t.Errorf("%d pollers and %d watches remain, want 2 and 2", n, w)
 	}
 }
+
+func TestUploadDestination(t *testing.T) {
+	for name, want := range map[string]string{
+		".a.txt.upload-123":      "a.txt",
+		"..hidden.upload-9":      ".hidden",
+		".a.upload-1.upload-22":  "a.upload-1",
+		"a.txt.upload-123":       "",
+		".a.txt.upload-":         "",
+		".a.txt.upload-12x":      "",
+		"..upload-12":            "",
+		".report.upload-draft.1": "",
+	} {
+		got, ok := uploadDestination(name)
+		if ok != (want != "") || got != want {
+			t.Errorf("uploadDestination(%q) = %q, %v; want %q", name, got, ok, want)
+		}
+	}
+	if p := UploadTempPattern(strings.Repeat("x", 120)); p != "."+strings.Repeat("x", 100)+".upload-*" {
+		t.Errorf("UploadTempPattern of a long name: %q", p)
+	}
+}

@@ -115,8 +115,15 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			methodNotAllowed(w, r, "GET, HEAD")
 			return
 		}
+		// As E2B's envd: a JSON object (never null), not cached.
+		env := s.env
+		if env == nil {
+			env = map[string]string{}
+		}
 		w.Header().Set("Cache-Control", "no-store")
-		writeJSON(w, http.StatusOK, s.env)
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusOK)
+		_ = json.NewEncoder(w).Encode(env)
 	case "/metrics":
 		if !get {
 			methodNotAllowed(w, r, "GET, HEAD")

@@ -328,7 +328,11 @@ func (tx *uploadTx) fillError(err error, shown string) error {
 // commit renames every staged file into place.
 func (tx *uploadTx) commit() error {
 	for i, f := range tx.files {
+		placeholder := announce(f.final)
 		if err := os.Rename(f.tmp, f.final); err != nil {
+			if placeholder {
+				_ = os.Remove(f.final)
+			}
 			// Those already renamed stay; the rest are removed by abort.
 			tx.files = tx.files[i:]
 			return writeError(err, f.shown)
@@ -336,6 +340,19 @@ func (tx *uploadTx) commit() error {
 	}
 	tx.done = true
 	return nil
+}
+
+// announce creates an empty file at final when nothing is there, so a
+// watcher sees CREATE for a new file and then (for the rename onto it)
+// WRITE, as E2B's envd, which writes in place, shows an upload. It
+// reports whether it created one.
+func announce(final string) bool {
+	f, err := os.OpenFile(final, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return false
+	}
+	_ = f.Close()
+	return true
 }
 
 // abort removes the temporary files of an unfinished transaction.
@@ -380,11 +397,8 @@ func createTemp(final string, u identity.User) (*os.File, error) {
 	if err := fsrpc.MkdirAll(dir, u); err != nil {
 		return nil, err
 	}
-	base := filepath.Base(final)
-	if len(base) > 100 {
-		base = base[:100] // leave room in NAME_MAX for the suffix
-	}
-	return os.CreateTemp(dir, "."+base+".upload-*")
+	// A name watches know (fsrpc reports the upload on final instead).
+	return os.CreateTemp(dir, fsrpc.UploadTempPattern(filepath.Base(final)))
 }
 
 // readErr marks an error that came from the request body rather than the
