@@ -4,6 +4,7 @@ package main
 
 import (
 	"bufio"
+	"encoding/json"
 	"io"
 	"net/http"
 	"os"
@@ -12,6 +13,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/sandbox-mcp/sandbox-mcp/internal/testenv"
 )
 
 // httpToken returns the token a loopback `serve --http` of the newcomer
@@ -204,5 +207,89 @@ func TestTruncatedStateDB(t *testing.T) {
 	}
 	if aside, _ := filepath.Glob(db + ".corrupt-*"); len(aside) != 1 {
 		t.Errorf("state.db not moved aside: %v", aside)
+	}
+}
+
+// bwrapCall runs `sandbox-mcp call --isolation bwrap --workspace WS extra…
+// TOOL ARGS` for n and returns the structured result; a machine whose bwrap
+// does not work ends the test through testenv.Missing.
+func bwrapCall(t *testing.T, n *newcomer, workspace, extra, tool string, args any) map[string]any {
+	t.Helper()
+	raw, err := json.Marshal(args)
+	if err != nil {
+		t.Fatal(err)
+	}
+	line := "./sandbox-mcp call --isolation bwrap --workspace " + workspace + " " + extra + " " + tool + " '" +
+		strings.ReplaceAll(string(raw), "'", `'\''`) + "'"
+	out, errs, code := n.run(line, nil)
+	if code != 0 {
+		if strings.Contains(errs, "bwrap") || strings.Contains(errs, "bubblewrap") {
+			testenv.Missing(t, "a working bwrap sandbox (%s): install bubblewrap; sandbox-mcp doctor names the fix", errs)
+		}
+		t.Fatalf("%s: exit %d\n%s\n%s", line, code, out, errs)
+	}
+	var res map[string]any
+	if err := json.Unmarshal([]byte(lastLine(out)), &res); err != nil {
+		t.Fatalf("%s: %v in %q", line, err, out)
+	}
+	return res
+}
+
+// bwrapExec runs command in workspace's bwrap sandbox and returns its
+// stdout and stderr.
+func bwrapExec(t *testing.T, n *newcomer, workspace, extra, command string) (stdout, stderr string) {
+	t.Helper()
+	res := bwrapCall(t, n, workspace, extra, "workspace_exec", map[string]any{"command": command})
+	stdout, _ = res["stdout"].(string)
+	stderr, _ = res["stderr"].(string)
+	return stdout, stderr
+}
+
+// A bwrap sandbox had no seccomp filter: nested user namespaces and bwrap
+// itself worked inside, so the whole kernel surface of a user namespace
+// was a tenant's. Now a filter modelled on Docker's default profile makes
+// those calls fail with EPERM, and ordinary programs still run.
+func TestBwrapSeccomp(t *testing.T) {
+	n := newNewcomer(t)
+	script := `
+try() { name=$1; shift; if "$@" >/dev/null 2>&1; then echo "$name=ok"; else echo "$name=refused"; fi; }
+try unshare unshare -Ur true
+try unshare-net unshare -n true
+try mount mount -t tmpfs x /mnt
+try bwrap bwrap --ro-bind / / true
+try sh sh -c 'echo hi | cat'
+# envd itself works: it ran this script.
+grep '^Seccomp:' /proc/self/status
+`
+	out, errs := bwrapExec(t, n, "seccomp", "", script)
+	results := map[string]string{}
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		if k, v, ok := strings.Cut(line, "="); ok {
+			results[k] = v
+		}
+	}
+	for _, attack := range []string{"unshare", "unshare-net", "mount", "bwrap"} {
+		if results[attack] != "refused" {
+			t.Errorf("%s inside the sandbox: %q; want it refused\nstdout: %s\nstderr: %s", attack, results[attack], out, errs)
+		}
+	}
+	if results["sh"] != "ok" {
+		t.Errorf("sh inside the sandbox: %q; want it to work\n%s", results["sh"], errs)
+	}
+	// Mode 2 is a seccomp filter.
+	if !strings.Contains(out, "Seccomp:\t2") {
+		t.Errorf("/proc/self/status in the sandbox: %q; want Seccomp: 2 (filtered)", out)
+	}
+	// The nested user namespace is refused by the filter (EPERM), not by a
+	// missing program.
+	_, errs = bwrapExec(t, n, "seccomp", "", "unshare -Ur true")
+	if !strings.Contains(errs, "Operation not permitted") {
+		t.Errorf("unshare -Ur true: stderr %q; want Operation not permitted", errs)
+	}
+	if _, err := exec.LookPath("python3"); err == nil {
+		out, errs = bwrapExec(t, n, "seccomp", "", `python3 -c 'import subprocess, os; print(subprocess.run(["echo", "py"], capture_output=True, text=True).stdout.strip(), os.getpid() > 0)'`)
+		if strings.TrimSpace(out) != "py True" {
+			t.Errorf("python3 inside the sandbox: stdout %q, stderr %q", out, errs)
+		}
 	}
 }

@@ -203,6 +203,7 @@ func (p *Provider) describe(meta metadata, isolation string, state manage.State,
 		s.Workdir = filepath.Join(p.sandboxesDir, meta.ID, "workspace")
 		s.Warnings = []string{noIsolationWarning}
 	}
+	s.Warnings = append(s.Warnings, p.warnings...)
 	return s
 }
 

@@ -105,6 +105,11 @@ var noIsolationWarning = fmt.Sprintf("This sandbox is NOT isolated from the host
 	"delete anything that user can, see the host's processes and use its network. Only envd's file API is "+
 	"confined to the workspace.", serverUser())
 
+// noSeccompWarning is on every bwrap Sandbox where the package has no
+// seccomp filter for the architecture.
+var noSeccompWarning = fmt.Sprintf("This sandbox has no seccomp filter (none is built for %s): its processes can make "+
+	"every system call a user namespace allows, including mount and nested user namespaces.", runtime.GOARCH)
+
 // serverUser names the user the server runs as, for warnings.
 func serverUser() string {
 	if uid := os.Geteuid(); uid != 0 {
@@ -211,6 +216,9 @@ type Provider struct {
 	cgroups      *cgroups
 	caps         Capabilities
 	limits       manage.Limits // resolved defaults
+	// warnings are on every Sandbox: limits and protections this machine
+	// cannot give (noIsolationWarning is added by describe).
+	warnings []string
 
 	bg sync.WaitGroup // background removals
 
@@ -296,6 +304,10 @@ func New(ctx context.Context, cfg Config) (*Provider, error) {
 			log.Warn("bwrap cannot run as the unprivileged host user; sandbox uid 1000 maps to the server's uid (root)",
 				"host_uid", cfg.HostUID, "error", caps.DropError, "fix", caps.DropFix)
 		}
+	}
+	if p.isolation == IsolationBwrap && seccompArch == 0 {
+		p.warnings = append(p.warnings, noSeccompWarning)
+		log.Warn(noSeccompWarning)
 	}
 	if caps.CgroupError != "" {
 		log.Warn("sandboxes get no cgroup: no memory, cpu or pids limits; pause uses SIGSTOP", "error", caps.CgroupError)

@@ -117,17 +117,30 @@ type startFiles struct {
 	readyR, readyW *os.File
 	infoR, infoW   *os.File
 	blockR, blockW *os.File
+	// seccomp is the filter bwrap reads from --seccomp (nil without bwrap
+	// or without a filter for this architecture).
+	seccomp *os.File
 }
 
 // openStartFiles makes the control socket in sandbox id's directory dir and
 // the ready pipe, and with bwrap also the info and block pipes. On error
 // whatever it made is closed again.
 func openStartFiles(id, dir string, bwrap bool) (*startFiles, error) {
+	var filter *os.File
+	if bwrap {
+		var err error
+		if filter, err = seccompFile(); err != nil {
+			return nil, connect.NewError(connect.CodeInternal, fmt.Errorf("start sandbox %s: %w", id, err))
+		}
+	}
 	listener, err := listenControlSocket(dir)
 	if err != nil {
+		if filter != nil {
+			_ = filter.Close()
+		}
 		return nil, connect.NewError(connect.CodeInternal, fmt.Errorf("start sandbox %s: envd socket: %w", id, err))
 	}
-	f := &startFiles{listener: listener}
+	f := &startFiles{listener: listener, seccomp: filter}
 	if f.readyR, f.readyW, err = os.Pipe(); err == nil && bwrap {
 		if f.infoR, f.infoW, err = os.Pipe(); err == nil {
 			f.blockR, f.blockW, err = os.Pipe()
@@ -144,7 +157,7 @@ func openStartFiles(id, dir string, bwrap bool) (*startFiles, error) {
 // inherited: the listener and the ends of the pipes the daemon uses. The
 // server keeps readyR, infoR and blockW.
 func (f *startFiles) closeChildEnds() {
-	for _, c := range []*os.File{f.readyW, f.listener, f.infoW, f.blockR} {
+	for _, c := range []*os.File{f.readyW, f.listener, f.infoW, f.blockR, f.seccomp} {
 		if c != nil {
 			_ = c.Close()
 		}
@@ -153,7 +166,7 @@ func (f *startFiles) closeChildEnds() {
 
 // close closes every file; closing one closed already does nothing.
 func (f *startFiles) close() {
-	for _, c := range []*os.File{f.readyR, f.readyW, f.listener, f.infoR, f.infoW, f.blockR, f.blockW} {
+	for _, c := range []*os.File{f.readyR, f.readyW, f.listener, f.infoR, f.infoW, f.blockR, f.blockW, f.seccomp} {
 		if c != nil {
 			_ = c.Close()
 		}
@@ -161,18 +174,22 @@ func (f *startFiles) close() {
 }
 
 // bwrapCommand is the command that runs sandbox id's envd under bwrap, which
-// inherits the ready, info and block pipes and the listener (descriptors 3
-// to 6, see bwrapListenFD). With p.prlimit bwrap runs directly and
+// inherits the ready, info and block pipes, the listener (descriptors 3
+// to 6, see bwrapListenFD) and the seccomp filter (7, see bwrapSeccompFD). With p.prlimit bwrap runs directly and
 // startDaemon sets the rlimits on the sandbox's first process; otherwise sh
 // sets them before it execs bwrap.
 func (p *Provider) bwrapCommand(id, dir, envdPath string, spec sandboxSpec, f *startFiles) *exec.Cmd {
 	var cmd *exec.Cmd
+	args := p.bwrapArgs(id, dir, envdPath, spec, f.seccomp != nil)
 	if p.prlimit {
-		cmd = exec.Command(p.bwrapPath, p.bwrapArgs(id, dir, envdPath, spec)...)
+		cmd = exec.Command(p.bwrapPath, args...)
 	} else {
-		cmd = exec.Command("/bin/sh", rlimitArgs(spec, p.bwrapPath, p.bwrapArgs(id, dir, envdPath, spec))...)
+		cmd = exec.Command("/bin/sh", rlimitArgs(spec, p.bwrapPath, args)...)
 	}
 	cmd.ExtraFiles = []*os.File{f.readyW, f.infoW, f.blockR, f.listener}
+	if f.seccomp != nil {
+		cmd.ExtraFiles = append(cmd.ExtraFiles, f.seccomp)
+	}
 	cmd.Dir = "/"
 	cmd.Env = []string{}
 	// bwrap --die-with-parent ties the sandbox to this process (see
