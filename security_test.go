@@ -4,7 +4,9 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -13,6 +15,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	mcpclient "github.com/mark3labs/mcp-go/client"
 
 	"github.com/sandbox-mcp/sandbox-mcp/internal/testenv"
 )
@@ -291,5 +295,177 @@ grep '^Seccomp:' /proc/self/status
 		if strings.TrimSpace(out) != "py True" {
 			t.Errorf("python3 inside the sandbox: stdout %q, stderr %q", out, errs)
 		}
+	}
+}
+
+// holdScript forks children that exec `sleep` named $0 until fork fails,
+// prints "held N", and keeps them (and itself) alive.
+const holdScript = `import os, sys, time
+n = 0
+while n < 100000:
+    try:
+        pid = os.fork()
+    except OSError as e:
+        break
+    if pid == 0:
+        os.execv("/bin/sleep", [sys.argv[1], "3600"])
+    n += 1
+print("held", n, flush=True)
+time.sleep(3600)
+`
+
+// forkScript forks 10 children that exec `sleep` named $1 and prints
+// "forked N" (how many forks worked).
+const forkScript = `import os, sys
+n = 0
+for i in range(10):
+    try:
+        pid = os.fork()
+    except OSError as e:
+        print("fork failed:", e, flush=True)
+        break
+    if pid == 0:
+        os.execv("/bin/sleep", [sys.argv[1], "3600"])
+    n += 1
+print("forked", n, flush=True)
+`
+
+// hostUIDsOf returns the host uids of the processes whose argv[0] is name.
+func hostUIDsOf(t *testing.T, name string) map[string]int {
+	t.Helper()
+	uids := map[string]int{}
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil || !strings.HasPrefix(string(cmdline), name+"\x00") {
+			continue
+		}
+		status, err := os.ReadFile(filepath.Join("/proc", e.Name(), "status"))
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(status), "\n") {
+			if rest, ok := strings.CutPrefix(line, "Uid:"); ok {
+				uids[strings.Fields(rest)[0]]++
+			}
+		}
+	}
+	return uids
+}
+
+// Every sandbox of a root server ran as host uid 65534, so RLIMIT_NPROC —
+// counted per host uid across the user namespaces it made — was shared:
+// one tenant holding its limit's worth of processes made another's forks
+// fail. Now each sandbox has its own host uid. Both servers run with
+// RLIMIT_NPROC at the sandbox's pids limit, so that with a shared uid
+// sandbox B's forks fail for certain once A holds its limit; with separate
+// ids they succeed.
+func TestSandboxesHaveTheirOwnHostIDs(t *testing.T) {
+	testenv.RequireRoot(t)
+	if _, err := exec.LookPath("python3"); err != nil {
+		testenv.Missing(t, "python3 (to fork processes in the sandbox): apt-get install python3")
+	}
+	n := newNewcomer(t)
+	// The sandboxes' host users search their way to the state directory
+	// (otherwise sandboxes fall back to root's uid, with a warning).
+	if err := os.Chmod(n.dir, 0o711); err != nil {
+		t.Fatal(err)
+	}
+	const pids = 48
+	start := func(ws string) *mcpclient.Client {
+		t.Helper()
+		c, err := mcpclient.NewStdioMCPClient("/bin/sh", []string{"SANDBOX_MCP_STATE_DIR=" + filepath.Join(n.dir, "state")},
+			"-c", fmt.Sprintf(`ulimit -p %d 2>/dev/null || ulimit -u %d; exec "$0" serve --isolation bwrap --log-level warn --workspace %s --pids %d`, pids, pids, ws, pids), n.bin)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		initialize(t, context.Background(), c)
+		return c
+	}
+	ctx := context.Background()
+	a, b := start("tenant-a"), start("tenant-b")
+	put := func(c *mcpclient.Client, name, content string) {
+		t.Helper()
+		res := callTool(t, ctx, c, "put_files", map[string]any{"files": []any{map[string]any{"path": name, "content": content}}})
+		if res.IsError {
+			t.Fatalf("put_files: %s", textOf(res))
+		}
+	}
+	put(a, "hold.py", holdScript)
+	put(b, "fork.py", forkScript)
+	if info := textOf(callTool(t, ctx, a, "workspace_info", map[string]any{})); !strings.Contains(info, "bwrap") {
+		testenv.Missing(t, "a bwrap sandbox (workspace_info: %s): install bubblewrap", info)
+	}
+
+	res := callTool(t, ctx, a, "workspace_exec", map[string]any{"argv": []any{"python3", "hold.py", "hold-a"}, "background": true})
+	handle, _ := res.StructuredContent.(map[string]any)["process"].(string)
+	if res.IsError || handle == "" {
+		t.Fatalf("background hold.py: %s", textOf(res))
+	}
+	var held int
+	for range 20 {
+		out := textOf(callTool(t, ctx, a, "process_output", map[string]any{"process": handle, "wait_sec": 30}))
+		if _, rest, ok := strings.Cut(out, "held "); ok {
+			if _, err := fmt.Sscanf(rest, "%d", &held); err != nil {
+				t.Fatalf("process_output: %q", out)
+			}
+			break
+		}
+	}
+	// The limit counts every task of the sandbox: envd's threads and
+	// python too.
+	if held < pids/2 || held >= pids {
+		t.Fatalf("sandbox A held %d processes; want close to, and below, its limit of %d", held, pids)
+	}
+
+	res = callTool(t, ctx, b, "workspace_exec", map[string]any{"argv": []any{"python3", "fork.py", "hold-b"}})
+	if out := textOf(res); res.IsError || !strings.Contains(out, "forked 10") {
+		t.Fatalf("sandbox B, while A holds %d processes: %s", held, out)
+	}
+
+	uidsA, uidsB := hostUIDsOf(t, "hold-a"), hostUIDsOf(t, "hold-b")
+	if len(uidsA) != 1 || len(uidsB) != 1 {
+		t.Fatalf("host uids of A's processes %v, of B's %v; want one each", uidsA, uidsB)
+	}
+	for uid := range uidsA {
+		if _, shared := uidsB[uid]; shared || uid == "0" || uid == "65534" {
+			t.Errorf("A runs as host uid %s, B as %v; want distinct unprivileged ids of their own", uid, uidsB)
+		}
+		if uidsA[uid] != held {
+			t.Errorf("%d of A's processes found on the host, it held %d", uidsA[uid], held)
+		}
+	}
+}
+
+// --isolation auto fell back to unisolated sandboxes wherever bubblewrap
+// did not work, over HTTP too, handing remote principals a shell as the
+// server's user. Now serving HTTP refuses to start then, naming the fixes;
+// an explicit --isolation none still serves, and stdio keeps the fallback
+// with its notice.
+func TestAutoIsolationOverHTTPRefusesWithoutBwrap(t *testing.T) {
+	n := newNewcomer(t)
+	noBwrap := "PATH=/nonexistent "
+	_, errs, code := n.run(noBwrap+"./sandbox-mcp serve --http 127.0.0.1:0", nil)
+	if code == 0 {
+		t.Fatalf("serve --http without bwrap under --isolation auto started (stderr %q)", errs)
+	}
+	for _, fix := range []string{"refusing to serve HTTP", "install bubblewrap", "--provider docker", "--isolation none"} {
+		if !strings.Contains(errs, fix) {
+			t.Errorf("stderr %q: want it to say %q", errs, fix)
+		}
+	}
+	n.env = append(n.env, "PATH=/nonexistent")
+	s := startHTTPServe(t, n, "--isolation", "none")
+	if code := postInitialize(t, s.url, map[string]string{"Authorization": "Bearer " + n.httpToken()}); code != http.StatusOK {
+		t.Errorf("initialize under an explicit --isolation none: %d; want 200", code)
+	}
+	s.stop(t)
+	out, errs, code := n.run("./sandbox-mcp call workspace_info", nil)
+	if code != 0 || !strings.Contains(out, `"isolation":"none"`) || !strings.Contains(out, "NOT isolated") {
+		t.Errorf("call over stdio without bwrap: exit %d\nstdout: %s\nstderr: %s\nwant the unisolated fallback with its notice", code, out, errs)
 	}
 }

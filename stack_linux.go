@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 
 	"github.com/sandbox-mcp/sandbox-mcp/manage/docker"
@@ -20,7 +21,15 @@ func (o *serveOptions) newProvider(ctx context.Context, log *slog.Logger) (sandb
 		}
 		return p, nil
 	}
-	p, err := local.New(ctx, local.Config{StateDir: o.stateDir, Isolation: o.isolation, Logger: log})
+	cfg := local.Config{StateDir: o.stateDir, Isolation: o.isolation, Logger: log}
+	if o.sandboxIDs != "" {
+		ids, err := local.ParseIDRange(o.sandboxIDs)
+		if err != nil {
+			return nil, fmt.Errorf("--sandbox-ids: %w", err)
+		}
+		cfg.SandboxIDs = ids
+	}
+	p, err := local.New(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -33,4 +42,20 @@ func warnUnisolated(p sandboxProvider, log *slog.Logger) {
 	if lp, isLocal := p.(*local.Provider); isLocal && lp.Isolation() == "none" {
 		log.Warn("sandboxes run WITHOUT isolation: commands run as this user on this machine; install bubblewrap (apt-get install bubblewrap) for isolated sandboxes")
 	}
+}
+
+// refuseUnisolatedHTTP is the error of a server about to serve HTTP with
+// unisolated local sandboxes it did not ask for: --isolation auto that
+// found no working bubblewrap. A remote principal must never get a sandbox
+// that runs as the server's user on the host; over stdio the client is the
+// machine's own user and the fallback stays, with its notice.
+func refuseUnisolatedHTTP(p sandboxProvider, isolation string) error {
+	lp, isLocal := p.(*local.Provider)
+	if !isLocal || lp.Isolation() != local.IsolationNone || isolation == local.IsolationNone {
+		return nil
+	}
+	return fmt.Errorf("refusing to serve HTTP with unisolated sandboxes: --isolation auto found no working bubblewrap (%s). "+
+		"Fix one of: install bubblewrap (apt-get install bubblewrap; sandbox-mcp doctor says what else it needs), "+
+		"use --provider docker, or pass --isolation none to serve remote principals unisolated sandboxes knowingly",
+		lp.Capabilities().BwrapError)
 }

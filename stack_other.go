@@ -16,3 +16,6 @@ func (o *serveOptions) newProvider(context.Context, *slog.Logger) (sandboxProvid
 
 // warnUnisolated has nothing to warn of: no provider runs here.
 func warnUnisolated(sandboxProvider, *slog.Logger) {}
+
+// refuseUnisolatedHTTP has nothing to refuse: no provider runs here.
+func refuseUnisolatedHTTP(sandboxProvider, string) error { return nil }

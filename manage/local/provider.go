@@ -137,12 +137,21 @@ type Config struct {
 	BwrapPath string
 	// HostUID and HostGID are the host user and group bwrap runs as when the
 	// server runs as root, so uid 1000 inside maps to them rather than to
-	// root. 0 means 65534 (nobody); -1 keeps root. They need search
+	// root. Both 0 (the default) means one id per sandbox from SandboxIDs;
+	// one of them 0 means 65534 (nobody) for it, and a single id set here is
+	// shared by every sandbox (and so is per-user accounting such as
+	// RLIMIT_NPROC); -1 keeps root. They need search
 	// permission on every parent of the state directory (the state and
 	// sandboxes directories themselves are made 0711); when they lack it,
 	// sandboxes run as root's uid with a warning. An EnvdBinary they cannot
 	// reach is copied into StateDir/bin.
 	HostUID, HostGID int
+	// SandboxIDs is the range of host ids a root server gives its sandboxes,
+	// one uid (and the same gid) each, kept while the sandbox exists (see
+	// hostids.go). Zero: DefaultSandboxIDs. Unused when HostUID or HostGID
+	// is set, and by a server that is not root, whose sandboxes all map to
+	// its own uid (bwrap maps one id; it does not use newuidmap).
+	SandboxIDs IDRange
 	// Cgroups selects the cgroup hierarchy: auto (default: v1 controllers
 	// where mounted, else v2), v1, v2 or off. An explicit version that is
 	// not available is an error.
@@ -155,6 +164,11 @@ type Config struct {
 	DefaultLimits manage.Limits
 	// Logger receives the provider's logs. Nil means slog.Default().
 	Logger *slog.Logger
+
+	// perSandboxIDs is set by withDefaults when sandboxes get their own host
+	// ids; HostUID and HostGID then hold SandboxIDs.First, the id the probe
+	// runs as.
+	perSandboxIDs bool
 
 	// embedded is the lean envd that EnvdBinary names when it defaulted to
 	// one: envdbin.Lookup(runtime.GOARCH), or what a test put here.
@@ -176,8 +190,12 @@ type Capabilities struct {
 	// UserNamespaces reports whether the kernel allows user namespaces.
 	UserNamespaces bool
 	// SandboxUID and SandboxGID are the host ids that uid and gid 1000 in a
-	// bwrap sandbox map to.
+	// bwrap sandbox map to; with SandboxIDs, the first of the range (the id
+	// the probe ran as).
 	SandboxUID, SandboxGID int
+	// SandboxIDs, when its Count is not 0, is the range each sandbox gets its
+	// own host uid and gid from.
+	SandboxIDs IDRange
 	// DropError, for a server running as root, is why bwrap could not run
 	// as Config.HostUID, so sandboxes map to root's uid instead; DropFix
 	// says what would let it (when known).
@@ -208,6 +226,7 @@ type Provider struct {
 	bwrapPath    string
 	isolation    string
 	cred         *syscall.Credential // bwrap's user; nil: the server's own
+	hostIDs      *hostIDs            // per-sandbox host ids; nil: cred for all
 	prlimit      bool                // set rlimits with prlimit(2), not through sh
 	maxNoFile    uint64              // highest NOFILE and NPROC the server may
 	maxNProc     uint64              // give (its own hard limits), 0: no cap
@@ -300,6 +319,12 @@ func New(ctx context.Context, cfg Config) (*Provider, error) {
 		p.sysMounts = systemMountArgs()
 		if cred != nil {
 			p.owner = [2]int{int(cred.Uid), int(cred.Gid)}
+			if cfg.perSandboxIDs {
+				if p.hostIDs, err = newHostIDs(p.stateDir, p.sandboxesDir, cfg.SandboxIDs); err != nil {
+					return nil, fmt.Errorf("local provider: %w", err)
+				}
+				p.caps.SandboxIDs = cfg.SandboxIDs
+			}
 		} else if caps.DropError != "" {
 			log.Warn("bwrap cannot run as the unprivileged host user; sandbox uid 1000 maps to the server's uid (root)",
 				"host_uid", cfg.HostUID, "error", caps.DropError, "fix", caps.DropFix)
@@ -404,6 +429,16 @@ func (cfg Config) withDefaults() (Config, error) {
 	}
 	if !validCgroupName(cfg.CgroupName) {
 		return cfg, fmt.Errorf("local provider: cgroup name %q: want letters, digits, '-', '_' and '.'", cfg.CgroupName)
+	}
+	if cfg.HostUID == 0 && cfg.HostGID == 0 {
+		if cfg.SandboxIDs == (IDRange{}) {
+			cfg.SandboxIDs = DefaultSandboxIDs
+		}
+		if err := cfg.SandboxIDs.check(); err != nil {
+			return cfg, fmt.Errorf("local provider: sandbox ids: %w", err)
+		}
+		cfg.perSandboxIDs = true
+		cfg.HostUID, cfg.HostGID = cfg.SandboxIDs.First, cfg.SandboxIDs.First
 	}
 	if cfg.HostUID == 0 {
 		cfg.HostUID = defaultHostID

@@ -30,6 +30,27 @@ type sandboxSpec struct {
 	cpus    float64
 	pids    int64
 	nofile  uint64
+	// hostID is the sandbox's own host uid and gid (Provider.hostIDs); 0:
+	// the provider's shared ones.
+	hostID int
+}
+
+// credFor is the credential bwrap runs as for a sandbox of spec (nil: the
+// server's own).
+func (p *Provider) credFor(spec sandboxSpec) *syscall.Credential {
+	if spec.hostID != 0 {
+		return sandboxCred(spec.hostID)
+	}
+	return p.cred
+}
+
+// ownerFor is the uid and gid the writable directories of a sandbox of spec
+// belong to (-1: left as made).
+func (p *Provider) ownerFor(spec sandboxSpec) [2]int {
+	if spec.hostID != 0 {
+		return [2]int{spec.hostID, spec.hostID}
+	}
+	return p.owner
 }
 
 // startDaemon starts the envd of sandbox id in dir and returns once it is
@@ -194,7 +215,7 @@ func (p *Provider) bwrapCommand(id, dir, envdPath string, spec sandboxSpec, f *s
 	cmd.Env = []string{}
 	// bwrap --die-with-parent ties the sandbox to this process (see
 	// the package comment on threads).
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Credential: p.cred}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Credential: p.credFor(spec)}
 	return cmd
 }
 
