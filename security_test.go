@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -467,5 +468,74 @@ func TestAutoIsolationOverHTTPRefusesWithoutBwrap(t *testing.T) {
 	out, errs, code := n.run("./sandbox-mcp call workspace_info", nil)
 	if code != 0 || !strings.Contains(out, `"isolation":"none"`) || !strings.Contains(out, "NOT isolated") {
 		t.Errorf("call over stdio without bwrap: exit %d\nstdout: %s\nstderr: %s\nwant the unisolated fallback with its notice", code, out, errs)
+	}
+}
+
+// After one run as root, root-owned parent cgroups made every unprivileged
+// server fail to create sandboxes, and --memory was silently ignored for an
+// unprivileged user (a log line only). Now the unprivileged server skips
+// parents it cannot use, and every limit it cannot enforce is said in
+// workspace_info and in a notice.
+func TestUnprivilegedAfterRoot(t *testing.T) {
+	testenv.RequireRoot(t)
+	nobody := testenv.RequireUser(t, "nobody")
+	uid, _ := strconv.Atoi(nobody.Uid)
+	gid, _ := strconv.Atoi(nobody.Gid)
+	n := newNewcomer(t)
+	// As root first: the parent cgroups are made, root's.
+	bwrapExec(t, n, "root", "", "true")
+
+	dir := filepath.Join(n.dir, "nobody")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(dir, "sandbox-mcp")
+	raw, err := os.ReadFile(n.bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(bin, raw, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(n.dir, 0o711); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(dir, uid, gid); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "call", "--isolation", "bwrap", "--memory", "256MiB", "workspace_info")
+	cmd.Dir = dir
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + dir, "SANDBOX_MCP_STATE_DIR=" + filepath.Join(dir, "state"), "SANDBOX_MCP_LOG_LEVEL=warn"}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid), Groups: []uint32{}}}
+	var stdout, stderr strings.Builder
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		if strings.Contains(stderr.String(), "bwrap") {
+			testenv.Missing(t, "bwrap for an unprivileged user (%s): allow unprivileged user namespaces", stderr.String())
+		}
+		t.Fatalf("workspace_info as nobody after a root run: %v\nstdout: %s\nstderr: %s", err, stdout.String(), stderr.String())
+	}
+	out := stdout.String()
+	var info struct {
+		Isolation string   `json:"isolation"`
+		Warnings  []string `json:"warnings"`
+		Notices   []string `json:"notices"`
+	}
+	if err := json.Unmarshal([]byte(lastLine(out)), &info); err != nil {
+		t.Fatalf("workspace_info: %v in %q", err, out)
+	}
+	if info.Isolation != "bwrap" {
+		t.Errorf("isolation %q; want bwrap", info.Isolation)
+	}
+	said := func(list []string) bool {
+		for _, w := range list {
+			if strings.Contains(w, "NOT enforced") && (strings.Contains(w, "emory")) {
+				return true
+			}
+		}
+		return false
+	}
+	if !said(info.Warnings) || !strings.Contains(out, "NOTICE:") && !said(info.Notices) {
+		t.Errorf("the unenforced memory limit is not said in workspace_info's warnings and a notice:\n%s", out)
 	}
 }

@@ -382,9 +382,18 @@ func (p *Provider) sandboxCgroup(ctx context.Context, id string, spec sandboxSpe
 }
 
 // removeStaleCgroup removes sandbox id's cgroup if there is one, killing
-// whatever is left in it. The caller makes sure no daemon of the sandbox runs
-// (it holds the owner lock, or the sandbox is gone).
+// whatever is left in it, and the one its daemon.json names when that is
+// elsewhere (a server in another cgroup made it: sandbox cgroups live under
+// their server's). The caller makes sure no daemon of the sandbox runs (it
+// holds the owner lock, or the sandbox is gone).
 func (p *Provider) removeStaleCgroup(ctx context.Context, id string) error {
+	if rec, err := readRecord(filepath.Join(p.sandboxesDir, id)); err == nil {
+		if cg := rec.cgroup(id); cg != nil && cg.exists() && (p.cgroups == nil || cg.dirs[0] != p.cgroups.open(id).dirs[0]) {
+			if err := cg.remove(ctx); err != nil {
+				p.log.Warn("could not remove a sandbox cgroup an earlier server made", "id", id, "error", err)
+			}
+		}
+	}
 	if p.cgroups == nil {
 		return nil
 	}
