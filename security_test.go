@@ -539,3 +539,60 @@ func TestUnprivilegedAfterRoot(t *testing.T) {
 		t.Errorf("the unenforced memory limit is not said in workspace_info's warnings and a notice:\n%s", out)
 	}
 }
+
+// `dd` of 2 GiB into the workspace landed on the host's disk, and a 1 GiB
+// stdout flood left a 1.1 GB log. Now a root server's bwrap sandbox keeps
+// its workspace, /tmp and run logs on its own --disk sized filesystem
+// (writes past it fail with ENOSPC inside; the host holds no more than the
+// image), other sandboxes keep writing, and a run log stops at 64 MiB with
+// the totals still exact.
+func TestDiskQuota(t *testing.T) {
+	testenv.RequireRoot(t)
+	n := newNewcomer(t)
+	// The sandbox's host user reaches the state directory (otherwise it
+	// runs as root's uid and the quota still holds, but not as here).
+	if err := os.Chmod(n.dir, 0o711); err != nil {
+		t.Fatal(err)
+	}
+	const quota = 64 << 20
+	disk := fmt.Sprintf("--disk %d", quota)
+	info := bwrapCall(t, n, "full", disk, "workspace_info", map[string]any{})
+	warnings, _ := info["warnings"].([]any)
+	for _, w := range warnings {
+		if s, _ := w.(string); strings.Contains(s, "Disk use is NOT bounded") {
+			testenv.Missing(t, "a disk quota (%s): loop devices, mkfs.ext4 and mount", w)
+		}
+	}
+	out, errs := bwrapExec(t, n, "full", disk, `dd if=/dev/zero of=big bs=1M count=100 2>&1; dd if=/dev/zero of=/tmp/big bs=1M count=10 2>&1; df -B1 --output=size /workspace | tail -1`)
+	if strings.Count(out, "No space left on device") != 2 {
+		t.Errorf("dd past --disk into the workspace and /tmp: %q %q; want ENOSPC twice", out, errs)
+	}
+	images, _ := filepath.Glob(filepath.Join(n.dir, "state", "sandboxes", "*", "disk.img"))
+	if len(images) != 1 {
+		t.Fatalf("disk images: %v; want one", images)
+	}
+	var st syscall.Stat_t
+	if err := syscall.Stat(images[0], &st); err != nil {
+		t.Fatal(err)
+	}
+	if used := st.Blocks * 512; used > quota {
+		t.Errorf("the host holds %d bytes for the sandbox; want at most the quota, %d", used, quota)
+	}
+	// Another sandbox still writes.
+	if out, errs := bwrapExec(t, n, "other", disk, "dd if=/dev/zero of=f bs=1M count=8 2>/dev/null && echo written"); strings.TrimSpace(out) != "written" {
+		t.Errorf("a second sandbox's write: %q %q", out, errs)
+	}
+
+	// A 1 GiB flood: the log stops at 64 MiB, the total is exact.
+	const flood = 1 << 30
+	res := bwrapCall(t, n, "flood", "", "workspace_exec", map[string]any{"command": fmt.Sprintf("yes | head -c %d", flood)})
+	if total, _ := res["stdout_total_bytes"].(float64); int64(total) != flood {
+		t.Errorf("stdout_total_bytes %v; want %d", res["stdout_total_bytes"], flood)
+	}
+	log, _ := res["full_output"].(map[string]any)["stdout"].(string)
+	out, _ = bwrapExec(t, n, "flood", "", "stat -c %s "+log+"; tail -n 1 "+log)
+	var size int64
+	if _, err := fmt.Sscanf(out, "%d", &size); err != nil || size > 64<<20+256 || !strings.Contains(out, "not saved") {
+		t.Errorf("the flood's log %s: %q; want at most 64 MiB and a last line saying what was not saved", log, out)
+	}
+}

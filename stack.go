@@ -61,6 +61,7 @@ type serveOptions struct {
 	cpus           float64
 	pids           int64
 	sandboxIDs     string
+	disk           byteSize
 	dockerImage    string
 	dockerHost     string
 }
@@ -91,6 +92,7 @@ func (o *serveOptions) registerSandboxFlags(fs *flag.FlagSet) {
 	fs.Var(&o.memory, "memory", "memory limit per sandbox (0: the provider default)")
 	fs.Float64Var(&o.cpus, "cpus", 0, "CPU limit per sandbox in cores (0: the provider default)")
 	fs.Int64Var(&o.pids, "pids", 0, "process limit per sandbox (0: the provider default)")
+	fs.Var(&o.disk, "disk", "local, root server: disk quota per sandbox for workspace, /tmp and run logs (0: 10GiB), a loop-mounted ext4 image")
 	fs.StringVar(&o.sandboxIDs, "sandbox-ids", "", "local, root server: FIRST:COUNT, the host uid/gid range sandboxes get one id each from (default 1879048192:65536)")
 	fs.StringVar(&o.dockerImage, "docker-image", docker.DefaultImage, "docker: the image sandboxes run (must be on the engine: it is never pulled)")
 	fs.StringVar(&o.dockerHost, "docker-host", "", "docker: the engine's address (default: $DOCKER_HOST, else "+docker.DefaultHost+")")

@@ -21,7 +21,7 @@ func (o *serveOptions) newProvider(ctx context.Context, log *slog.Logger) (sandb
 		}
 		return p, nil
 	}
-	cfg := local.Config{StateDir: o.stateDir, Isolation: o.isolation, Logger: log}
+	cfg := local.Config{StateDir: o.stateDir, Isolation: o.isolation, Disk: int64(o.disk), Logger: log}
 	if o.sandboxIDs != "" {
 		ids, err := local.ParseIDRange(o.sandboxIDs)
 		if err != nil {

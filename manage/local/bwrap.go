@@ -144,9 +144,9 @@ func (p *Provider) bwrapArgs(id, dir, envd string, cfg sandboxSpec, seccomp bool
 	args = append(args, p.sysMounts...)
 	args = append(args, procDevArgs...)
 	args = append(args,
-		"--bind", filepath.Join(dir, "workspace"), insideWorkspace,
-		"--bind", filepath.Join(dir, "tmp"), "/tmp",
-		"--bind", filepath.Join(dir, "run"), insideRun,
+		"--bind", subdirPath(dir, "workspace"), insideWorkspace,
+		"--bind", subdirPath(dir, "tmp"), "/tmp",
+		"--bind", subdirPath(dir, "run"), insideRun,
 		"--ro-bind", envd, insideEnvd,
 	)
 	if cfg.network {

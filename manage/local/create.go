@@ -54,7 +54,7 @@ func (p *Provider) Create(ctx context.Context, cfg manage.SandboxConfig) (manage
 		if p.hostIDs != nil {
 			p.hostIDs.release(context.WithoutCancel(ctx), id, dir)
 		}
-		_ = os.RemoveAll(dir)
+		_ = removeSandboxDir(dir)
 		p.forget(id)
 		return manage.Sandbox{}, err
 	}
@@ -119,7 +119,7 @@ func (p *Provider) makeDir(ctx context.Context, id string, meta metadata, spec *
 			if spec.hostID != 0 {
 				p.hostIDs.release(context.WithoutCancel(ctx), id, tmp)
 			}
-			_ = os.RemoveAll(tmp)
+			_ = removeSandboxDir(tmp)
 		}
 	}()
 	if op, err = filelock.TryLock(filepath.Join(tmp, opLockFile), unix.LOCK_EX); err != nil {
@@ -131,6 +131,15 @@ func (p *Provider) makeDir(ctx context.Context, id string, meta metadata, spec *
 	if p.hostIDs != nil {
 		if spec.hostID, err = p.hostIDs.allocate(ctx, id, tmp); err != nil {
 			return op, owner, err
+		}
+	}
+	if p.disk != nil {
+		if derr := p.disk.create(ctx, tmp); derr != nil {
+			// This sandbox goes without a quota, and says so.
+			p.log.Warn("could not give a sandbox its disk quota", "id", id, "error", derr)
+			unmountVolume(tmp)
+			_ = os.Remove(filepath.Join(tmp, volumeDir))
+			_ = os.Remove(filepath.Join(tmp, diskImageFile))
 		}
 	}
 	if err = p.prepareSubdirs(tmp, p.ownerFor(*spec)); err != nil {
@@ -154,8 +163,8 @@ func (p *Provider) makeDir(ctx context.Context, id string, meta metadata, spec *
 // the sandbox's host user, owner (-1: left alone). Also run before a
 // restart, since the host user may have changed since the sandbox was made.
 func (p *Provider) prepareSubdirs(dir string, owner [2]int) error {
-	for _, sub := range []string{"workspace", "tmp", "run"} {
-		path := filepath.Join(dir, sub)
+	for _, sub := range sandboxSubdirs {
+		path := subdirPath(dir, sub)
 		if err := os.Mkdir(path, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
 			return err
 		}
@@ -164,6 +173,9 @@ func (p *Provider) prepareSubdirs(dir string, owner [2]int) error {
 				return err
 			}
 		}
+	}
+	if hasDisk(dir) {
+		return linkSubdirs(dir)
 	}
 	return nil
 }

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -170,12 +171,27 @@ func (h *hostIDs) ensure(ctx context.Context, id, dir string) (uid int, changed 
 	defer func() { _ = l.Close() }()
 	if uid, ok := h.recorded(dir); ok {
 		holder, err := os.ReadFile(filepath.Join(h.dir, strconv.Itoa(uid)))
-		if err == nil && string(holder) == id && !runningIDs()[uid] {
+		if err == nil && string(holder) == id && idFreed(ctx, uid) {
 			return uid, false, nil
 		}
 	}
 	uid, err = h.allocateLocked(id, dir)
 	return uid, err == nil, err
+}
+
+// stoppingGrace bounds the wait for the last processes of a stopped
+// sandbox to finish exiting: a task leaves its cgroup before it is done
+// exiting, so an emptied cgroup can still show one for a moment.
+const stoppingGrace = 2 * time.Second
+
+// idFreed reports whether no live process runs as uid, waiting up to
+// stoppingGrace for dying ones.
+func idFreed(ctx context.Context, uid int) bool {
+	grace, cancel := context.WithTimeout(ctx, stoppingGrace)
+	defer cancel()
+	return poll(grace, 100*time.Microsecond, 20*time.Millisecond, func() (bool, error) {
+		return !runningIDs()[uid], nil
+	}) == nil
 }
 
 // recorded reads the id recorded in sandbox directory dir, when it is in the

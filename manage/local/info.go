@@ -205,6 +205,13 @@ func (p *Provider) describe(meta metadata, isolation string, state manage.State,
 		s.Warnings = []string{noIsolationWarning}
 	}
 	s.Warnings = append(s.Warnings, p.warnings...)
+	if isolation == IsolationBwrap && !hasDisk(filepath.Join(p.sandboxesDir, meta.ID)) {
+		why := p.diskWhy
+		if why == "" {
+			why = "it was made without a disk image"
+		}
+		s.Warnings = append(s.Warnings, noDiskQuotaWarning(why))
+	}
 	if spec, err := p.spec(meta.Config); err == nil {
 		s.Warnings = append(s.Warnings, p.unenforcedLimits(spec)...)
 	}

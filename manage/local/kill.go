@@ -70,7 +70,7 @@ func (p *Provider) Kill(ctx context.Context, id string) error {
 	p.bg.Add(1)
 	go func() {
 		defer p.bg.Done()
-		removed <- os.RemoveAll(doomed)
+		removed <- removeSandboxDir(doomed)
 	}()
 	select {
 	case err := <-removed:

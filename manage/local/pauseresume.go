@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"path/filepath"
 
 	"connectrpc.com/connect"
 )
@@ -113,11 +112,18 @@ func (p *Provider) Resume(ctx context.Context, id string) error {
 		if changed {
 			// A sandbox from before per-sandbox ids, or one whose id
 			// was taken meanwhile: its files become its new id's.
-			for _, sub := range []string{"workspace", "tmp", "run"} {
-				if err := chownTree(filepath.Join(c.dir, sub), uid, uid); err != nil {
+			for _, sub := range sandboxSubdirs {
+				if err := chownTree(subdirPath(c.dir, sub), uid, uid); err != nil {
 					return connect.NewError(connect.CodeInternal, fmt.Errorf("resume sandbox %s: %w", id, err))
 				}
 			}
+		}
+	}
+	if hasDisk(c.dir) {
+		// Unmounted when its last daemon ended (or still mounted, when
+		// its server died without cleaning up).
+		if err := p.mountVolume(ctx, c.dir); err != nil {
+			return connect.NewError(connect.CodeUnavailable, fmt.Errorf("resume sandbox %s: %w", id, err))
 		}
 	}
 	if err := p.prepareSubdirs(c.dir, p.ownerFor(spec)); err != nil {

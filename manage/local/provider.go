@@ -146,6 +146,11 @@ type Config struct {
 	// sandboxes run as root's uid with a warning. An EnvdBinary they cannot
 	// reach is copied into StateDir/bin.
 	HostUID, HostGID int
+	// Disk is each bwrap sandbox's disk quota in bytes, for its workspace,
+	// /tmp and run logs together, enforced with a loop-mounted ext4 image
+	// when the server runs as root (see disk.go). 0 means DefaultDisk (10
+	// GiB); negative means none.
+	Disk int64
 	// SandboxIDs is the range of host ids a root server gives its sandboxes,
 	// one uid (and the same gid) each, kept while the sandbox exists (see
 	// hostids.go). Zero: DefaultSandboxIDs. Unused when HostUID or HostGID
@@ -227,10 +232,12 @@ type Provider struct {
 	isolation    string
 	cred         *syscall.Credential // bwrap's user; nil: the server's own
 	hostIDs      *hostIDs            // per-sandbox host ids; nil: cred for all
-	prlimit      bool                // set rlimits with prlimit(2), not through sh
-	maxNoFile    uint64              // highest NOFILE and NPROC the server may
-	maxNProc     uint64              // give (its own hard limits), 0: no cap
-	owner        [2]int              // uid, gid of new workspaces; -1: leave
+	disk         *diskQuota          // nil: no disk quotas, diskWhy says why
+	diskWhy      string
+	prlimit      bool   // set rlimits with prlimit(2), not through sh
+	maxNoFile    uint64 // highest NOFILE and NPROC the server may
+	maxNProc     uint64 // give (its own hard limits), 0: no cap
+	owner        [2]int // uid, gid of new workspaces; -1: leave
 	sysMounts    []string
 	cgroups      *cgroups
 	caps         Capabilities
@@ -328,6 +335,21 @@ func New(ctx context.Context, cfg Config) (*Provider, error) {
 		} else if caps.DropError != "" {
 			log.Warn("bwrap cannot run as the unprivileged host user; sandbox uid 1000 maps to the server's uid (root)",
 				"host_uid", cfg.HostUID, "error", caps.DropError, "fix", caps.DropFix)
+		}
+	}
+	if p.isolation == IsolationBwrap {
+		switch {
+		case cfg.Disk < 0:
+			p.diskWhy = "disk quotas are turned off"
+		default:
+			size := cfg.Disk
+			if size == 0 {
+				size = DefaultDisk
+			}
+			p.disk, p.diskWhy = newDiskQuota(size)
+			if p.disk == nil {
+				log.Warn("sandboxes get no disk quota: their disk use is bounded only by the host filesystem", "reason", p.diskWhy)
+			}
 		}
 	}
 	if p.isolation == IsolationBwrap && seccompArch == 0 {
