@@ -7,7 +7,12 @@
 //
 // A sandbox with id ID lives in <StateDir>/sandboxes/ID/:
 //
-//	workspace/   the workspace (/workspace inside, envd's --root)
+//	workspace/   the workspace (/workspace inside, envd's --root); with a
+//	             disk image, this and tmp and run are symlinks into volume/
+//	disk.img, volume/
+//	             the sandbox's disk quota: an ext4 image, mounted at volume/
+//	             while the sandbox runs (disk.go)
+//	hostid       its own host uid and gid, for a root server (hostids.go)
 //	tmp/         its private /tmp
 //	run/         /.sandbox-mcp/run inside, writable there; nothing the
 //	             server reads (envd's socket used to be here, where the
@@ -29,10 +34,12 @@
 // Under bwrap the daemon runs in new user, pid, ipc, uts, mount, cgroup and
 // (unless the sandbox has network) network namespaces as uid 1000, sees the
 // host's system directories read-only, its workspace, its /tmp and nothing
-// else of the host. When the server runs as root, bwrap itself runs as an
-// unprivileged host user (Config.HostUID, default nobody) so that uid 1000
-// inside is not root's uid outside: otherwise the sandbox would own every
-// root-owned file it can see (/etc/shadow among them). Without bwrap
+// else of the host, under a seccomp filter modelled on Docker's default
+// profile (seccomp.go). When the server runs as root, bwrap itself runs as
+// an unprivileged host user — by default one of its own per sandbox, from
+// Config.SandboxIDs — so that uid 1000 inside is not root's uid outside:
+// otherwise the sandbox would own every root-owned file it can see
+// (/etc/shadow among them). Without bwrap
 // (isolation none) the daemon is a plain child process confined only by
 // envd's --confine, and every Sandbox says so in its Warnings.
 //
