@@ -4,14 +4,22 @@ package main
 
 import (
 	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
+
+	mcpclient "github.com/mark3labs/mcp-go/client"
+
+	"github.com/sandbox-mcp/sandbox-mcp/internal/testenv"
 )
 
 // httpToken returns the token a loopback `serve --http` of the newcomer
@@ -204,5 +212,387 @@ func TestTruncatedStateDB(t *testing.T) {
 	}
 	if aside, _ := filepath.Glob(db + ".corrupt-*"); len(aside) != 1 {
 		t.Errorf("state.db not moved aside: %v", aside)
+	}
+}
+
+// bwrapCall runs `sandbox-mcp call --isolation bwrap --workspace WS extra…
+// TOOL ARGS` for n and returns the structured result; a machine whose bwrap
+// does not work ends the test through testenv.Missing.
+func bwrapCall(t *testing.T, n *newcomer, workspace, extra, tool string, args any) map[string]any {
+	t.Helper()
+	raw, err := json.Marshal(args)
+	if err != nil {
+		t.Fatal(err)
+	}
+	line := "./sandbox-mcp call --isolation bwrap --workspace " + workspace + " " + extra + " " + tool + " '" +
+		strings.ReplaceAll(string(raw), "'", `'\''`) + "'"
+	out, errs, code := n.run(line, nil)
+	if code != 0 {
+		if strings.Contains(errs, "bwrap") || strings.Contains(errs, "bubblewrap") {
+			testenv.Missing(t, "a working bwrap sandbox (%s): install bubblewrap; sandbox-mcp doctor names the fix", errs)
+		}
+		t.Fatalf("%s: exit %d\n%s\n%s", line, code, out, errs)
+	}
+	var res map[string]any
+	if err := json.Unmarshal([]byte(lastLine(out)), &res); err != nil {
+		t.Fatalf("%s: %v in %q", line, err, out)
+	}
+	return res
+}
+
+// bwrapExec runs command in workspace's bwrap sandbox and returns its
+// stdout and stderr.
+func bwrapExec(t *testing.T, n *newcomer, workspace, extra, command string) (stdout, stderr string) {
+	t.Helper()
+	res := bwrapCall(t, n, workspace, extra, "workspace_exec", map[string]any{"command": command})
+	stdout, _ = res["stdout"].(string)
+	stderr, _ = res["stderr"].(string)
+	return stdout, stderr
+}
+
+// A bwrap sandbox had no seccomp filter: nested user namespaces and bwrap
+// itself worked inside, so the whole kernel surface of a user namespace
+// was a tenant's. Now a filter modelled on Docker's default profile makes
+// those calls fail with EPERM, and ordinary programs still run.
+func TestBwrapSeccomp(t *testing.T) {
+	n := newNewcomer(t)
+	script := `
+try() { name=$1; shift; if "$@" >/dev/null 2>&1; then echo "$name=ok"; else echo "$name=refused"; fi; }
+try unshare unshare -Ur true
+try unshare-net unshare -n true
+try mount mount -t tmpfs x /mnt
+try bwrap bwrap --ro-bind / / true
+try sh sh -c 'echo hi | cat'
+# envd itself works: it ran this script.
+grep '^Seccomp:' /proc/self/status
+`
+	out, errs := bwrapExec(t, n, "seccomp", "", script)
+	results := map[string]string{}
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		if k, v, ok := strings.Cut(line, "="); ok {
+			results[k] = v
+		}
+	}
+	for _, attack := range []string{"unshare", "unshare-net", "mount", "bwrap"} {
+		if results[attack] != "refused" {
+			t.Errorf("%s inside the sandbox: %q; want it refused\nstdout: %s\nstderr: %s", attack, results[attack], out, errs)
+		}
+	}
+	if results["sh"] != "ok" {
+		t.Errorf("sh inside the sandbox: %q; want it to work\n%s", results["sh"], errs)
+	}
+	// Mode 2 is a seccomp filter.
+	if !strings.Contains(out, "Seccomp:\t2") {
+		t.Errorf("/proc/self/status in the sandbox: %q; want Seccomp: 2 (filtered)", out)
+	}
+	// The nested user namespace is refused by the filter (EPERM), not by a
+	// missing program.
+	_, errs = bwrapExec(t, n, "seccomp", "", "unshare -Ur true")
+	if !strings.Contains(errs, "Operation not permitted") {
+		t.Errorf("unshare -Ur true: stderr %q; want Operation not permitted", errs)
+	}
+	if _, err := exec.LookPath("python3"); err == nil {
+		out, errs = bwrapExec(t, n, "seccomp", "", `python3 -c 'import subprocess, os; print(subprocess.run(["echo", "py"], capture_output=True, text=True).stdout.strip(), os.getpid() > 0)'`)
+		if strings.TrimSpace(out) != "py True" {
+			t.Errorf("python3 inside the sandbox: stdout %q, stderr %q", out, errs)
+		}
+	}
+}
+
+// holdScript forks children that exec `sleep` named $0 until fork fails,
+// prints "held N", and keeps them (and itself) alive.
+const holdScript = `import os, sys, time
+n = 0
+while n < 100000:
+    try:
+        pid = os.fork()
+    except OSError as e:
+        break
+    if pid == 0:
+        os.execv("/bin/sleep", [sys.argv[1], "3600"])
+    n += 1
+print("held", n, flush=True)
+time.sleep(3600)
+`
+
+// forkScript forks 10 children that exec `sleep` named $1 and prints
+// "forked N" (how many forks worked).
+const forkScript = `import os, sys
+n = 0
+for i in range(10):
+    try:
+        pid = os.fork()
+    except OSError as e:
+        print("fork failed:", e, flush=True)
+        break
+    if pid == 0:
+        os.execv("/bin/sleep", [sys.argv[1], "3600"])
+    n += 1
+print("forked", n, flush=True)
+`
+
+// hostUIDsOf returns the host uids of the processes whose argv[0] is name.
+func hostUIDsOf(t *testing.T, name string) map[string]int {
+	t.Helper()
+	uids := map[string]int{}
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil || !strings.HasPrefix(string(cmdline), name+"\x00") {
+			continue
+		}
+		status, err := os.ReadFile(filepath.Join("/proc", e.Name(), "status"))
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(status), "\n") {
+			if rest, ok := strings.CutPrefix(line, "Uid:"); ok {
+				uids[strings.Fields(rest)[0]]++
+			}
+		}
+	}
+	return uids
+}
+
+// Every sandbox of a root server ran as host uid 65534, so RLIMIT_NPROC —
+// counted per host uid across the user namespaces it made — was shared:
+// one tenant holding its limit's worth of processes made another's forks
+// fail. Now each sandbox has its own host uid. Both servers run with
+// RLIMIT_NPROC at the sandbox's pids limit, so that with a shared uid
+// sandbox B's forks fail for certain once A holds its limit; with separate
+// ids they succeed.
+func TestSandboxesHaveTheirOwnHostIDs(t *testing.T) {
+	testenv.RequireRoot(t)
+	if _, err := exec.LookPath("python3"); err != nil {
+		testenv.Missing(t, "python3 (to fork processes in the sandbox): apt-get install python3")
+	}
+	n := newNewcomer(t)
+	// The sandboxes' host users search their way to the state directory
+	// (otherwise sandboxes fall back to root's uid, with a warning).
+	if err := os.Chmod(n.dir, 0o711); err != nil {
+		t.Fatal(err)
+	}
+	const pids = 48
+	start := func(ws string) *mcpclient.Client {
+		t.Helper()
+		c, err := mcpclient.NewStdioMCPClient("/bin/sh", []string{"SANDBOX_MCP_STATE_DIR=" + filepath.Join(n.dir, "state")},
+			"-c", fmt.Sprintf(`ulimit -p %d 2>/dev/null || ulimit -u %d; exec "$0" serve --isolation bwrap --log-level warn --workspace %s --pids %d`, pids, pids, ws, pids), n.bin)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		initialize(t, context.Background(), c)
+		return c
+	}
+	ctx := context.Background()
+	a, b := start("tenant-a"), start("tenant-b")
+	put := func(c *mcpclient.Client, name, content string) {
+		t.Helper()
+		res := callTool(t, ctx, c, "put_files", map[string]any{"files": []any{map[string]any{"path": name, "content": content}}})
+		if res.IsError {
+			t.Fatalf("put_files: %s", textOf(res))
+		}
+	}
+	put(a, "hold.py", holdScript)
+	put(b, "fork.py", forkScript)
+	if info := textOf(callTool(t, ctx, a, "workspace_info", map[string]any{})); !strings.Contains(info, "bwrap") {
+		testenv.Missing(t, "a bwrap sandbox (workspace_info: %s): install bubblewrap", info)
+	}
+
+	res := callTool(t, ctx, a, "workspace_exec", map[string]any{"argv": []any{"python3", "hold.py", "hold-a"}, "background": true})
+	handle, _ := res.StructuredContent.(map[string]any)["process"].(string)
+	if res.IsError || handle == "" {
+		t.Fatalf("background hold.py: %s", textOf(res))
+	}
+	var held int
+	for range 20 {
+		out := textOf(callTool(t, ctx, a, "process_output", map[string]any{"process": handle, "wait_sec": 30}))
+		if _, rest, ok := strings.Cut(out, "held "); ok {
+			if _, err := fmt.Sscanf(rest, "%d", &held); err != nil {
+				t.Fatalf("process_output: %q", out)
+			}
+			break
+		}
+	}
+	// The limit counts every task of the sandbox: envd's threads and
+	// python too.
+	if held < pids/2 || held >= pids {
+		t.Fatalf("sandbox A held %d processes; want close to, and below, its limit of %d", held, pids)
+	}
+
+	res = callTool(t, ctx, b, "workspace_exec", map[string]any{"argv": []any{"python3", "fork.py", "hold-b"}})
+	if out := textOf(res); res.IsError || !strings.Contains(out, "forked 10") {
+		t.Fatalf("sandbox B, while A holds %d processes: %s", held, out)
+	}
+
+	uidsA, uidsB := hostUIDsOf(t, "hold-a"), hostUIDsOf(t, "hold-b")
+	if len(uidsA) != 1 || len(uidsB) != 1 {
+		t.Fatalf("host uids of A's processes %v, of B's %v; want one each", uidsA, uidsB)
+	}
+	for uid := range uidsA {
+		if _, shared := uidsB[uid]; shared || uid == "0" || uid == "65534" {
+			t.Errorf("A runs as host uid %s, B as %v; want distinct unprivileged ids of their own", uid, uidsB)
+		}
+		if uidsA[uid] != held {
+			t.Errorf("%d of A's processes found on the host, it held %d", uidsA[uid], held)
+		}
+	}
+}
+
+// --isolation auto fell back to unisolated sandboxes wherever bubblewrap
+// did not work, over HTTP too, handing remote principals a shell as the
+// server's user. Now serving HTTP refuses to start then, naming the fixes;
+// an explicit --isolation none still serves, and stdio keeps the fallback
+// with its notice.
+func TestAutoIsolationOverHTTPRefusesWithoutBwrap(t *testing.T) {
+	n := newNewcomer(t)
+	noBwrap := "PATH=/nonexistent "
+	_, errs, code := n.run(noBwrap+"./sandbox-mcp serve --http 127.0.0.1:0", nil)
+	if code == 0 {
+		t.Fatalf("serve --http without bwrap under --isolation auto started (stderr %q)", errs)
+	}
+	for _, fix := range []string{"refusing to serve HTTP", "install bubblewrap", "--provider docker", "--isolation none"} {
+		if !strings.Contains(errs, fix) {
+			t.Errorf("stderr %q: want it to say %q", errs, fix)
+		}
+	}
+	n.env = append(n.env, "PATH=/nonexistent")
+	s := startHTTPServe(t, n, "--isolation", "none")
+	if code := postInitialize(t, s.url, map[string]string{"Authorization": "Bearer " + n.httpToken()}); code != http.StatusOK {
+		t.Errorf("initialize under an explicit --isolation none: %d; want 200", code)
+	}
+	s.stop(t)
+	out, errs, code := n.run("./sandbox-mcp call workspace_info", nil)
+	if code != 0 || !strings.Contains(out, `"isolation":"none"`) || !strings.Contains(out, "NOT isolated") {
+		t.Errorf("call over stdio without bwrap: exit %d\nstdout: %s\nstderr: %s\nwant the unisolated fallback with its notice", code, out, errs)
+	}
+}
+
+// After one run as root, root-owned parent cgroups made every unprivileged
+// server fail to create sandboxes, and --memory was silently ignored for an
+// unprivileged user (a log line only). Now the unprivileged server skips
+// parents it cannot use, and every limit it cannot enforce is said in
+// workspace_info and in a notice.
+func TestUnprivilegedAfterRoot(t *testing.T) {
+	testenv.RequireRoot(t)
+	nobody := testenv.RequireUser(t, "nobody")
+	uid, _ := strconv.Atoi(nobody.Uid)
+	gid, _ := strconv.Atoi(nobody.Gid)
+	n := newNewcomer(t)
+	// As root first: the parent cgroups are made, root's.
+	bwrapExec(t, n, "root", "", "true")
+
+	dir := filepath.Join(n.dir, "nobody")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(dir, "sandbox-mcp")
+	raw, err := os.ReadFile(n.bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(bin, raw, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(n.dir, 0o711); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(dir, uid, gid); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "call", "--isolation", "bwrap", "--memory", "256MiB", "workspace_info")
+	cmd.Dir = dir
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + dir, "SANDBOX_MCP_STATE_DIR=" + filepath.Join(dir, "state"), "SANDBOX_MCP_LOG_LEVEL=warn"}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid), Groups: []uint32{}}}
+	var stdout, stderr strings.Builder
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		if strings.Contains(stderr.String(), "bwrap") {
+			testenv.Missing(t, "bwrap for an unprivileged user (%s): allow unprivileged user namespaces", stderr.String())
+		}
+		t.Fatalf("workspace_info as nobody after a root run: %v\nstdout: %s\nstderr: %s", err, stdout.String(), stderr.String())
+	}
+	out := stdout.String()
+	var info struct {
+		Isolation string   `json:"isolation"`
+		Warnings  []string `json:"warnings"`
+		Notices   []string `json:"notices"`
+	}
+	if err := json.Unmarshal([]byte(lastLine(out)), &info); err != nil {
+		t.Fatalf("workspace_info: %v in %q", err, out)
+	}
+	if info.Isolation != "bwrap" {
+		t.Errorf("isolation %q; want bwrap", info.Isolation)
+	}
+	said := func(list []string) bool {
+		for _, w := range list {
+			if strings.Contains(w, "NOT enforced") && (strings.Contains(w, "emory")) {
+				return true
+			}
+		}
+		return false
+	}
+	if !said(info.Warnings) || !strings.Contains(out, "NOTICE:") && !said(info.Notices) {
+		t.Errorf("the unenforced memory limit is not said in workspace_info's warnings and a notice:\n%s", out)
+	}
+}
+
+// `dd` of 2 GiB into the workspace landed on the host's disk, and a 1 GiB
+// stdout flood left a 1.1 GB log. Now a root server's bwrap sandbox keeps
+// its workspace, /tmp and run logs on its own --disk sized filesystem
+// (writes past it fail with ENOSPC inside; the host holds no more than the
+// image), other sandboxes keep writing, and a run log stops at 64 MiB with
+// the totals still exact.
+func TestDiskQuota(t *testing.T) {
+	testenv.RequireRoot(t)
+	n := newNewcomer(t)
+	// The sandbox's host user reaches the state directory (otherwise it
+	// runs as root's uid and the quota still holds, but not as here).
+	if err := os.Chmod(n.dir, 0o711); err != nil {
+		t.Fatal(err)
+	}
+	const quota = 64 << 20
+	disk := fmt.Sprintf("--disk %d", quota)
+	info := bwrapCall(t, n, "full", disk, "workspace_info", map[string]any{})
+	warnings, _ := info["warnings"].([]any)
+	for _, w := range warnings {
+		if s, _ := w.(string); strings.Contains(s, "Disk use is NOT bounded") {
+			testenv.Missing(t, "a disk quota (%s): loop devices, mkfs.ext4 and mount", w)
+		}
+	}
+	out, errs := bwrapExec(t, n, "full", disk, `dd if=/dev/zero of=big bs=1M count=100 2>&1; dd if=/dev/zero of=/tmp/big bs=1M count=10 2>&1; df -B1 --output=size /workspace | tail -1`)
+	if strings.Count(out, "No space left on device") != 2 {
+		t.Errorf("dd past --disk into the workspace and /tmp: %q %q; want ENOSPC twice", out, errs)
+	}
+	images, _ := filepath.Glob(filepath.Join(n.dir, "state", "sandboxes", "*", "disk.img"))
+	if len(images) != 1 {
+		t.Fatalf("disk images: %v; want one", images)
+	}
+	var st syscall.Stat_t
+	if err := syscall.Stat(images[0], &st); err != nil {
+		t.Fatal(err)
+	}
+	if used := st.Blocks * 512; used > quota {
+		t.Errorf("the host holds %d bytes for the sandbox; want at most the quota, %d", used, quota)
+	}
+	// Another sandbox still writes.
+	if out, errs := bwrapExec(t, n, "other", disk, "dd if=/dev/zero of=f bs=1M count=8 2>/dev/null && echo written"); strings.TrimSpace(out) != "written" {
+		t.Errorf("a second sandbox's write: %q %q", out, errs)
+	}
+
+	// A 1 GiB flood: the log stops at 64 MiB, the total is exact.
+	const flood = 1 << 30
+	res := bwrapCall(t, n, "flood", "", "workspace_exec", map[string]any{"command": fmt.Sprintf("yes | head -c %d", flood)})
+	if total, _ := res["stdout_total_bytes"].(float64); int64(total) != flood {
+		t.Errorf("stdout_total_bytes %v; want %d", res["stdout_total_bytes"], flood)
+	}
+	log, _ := res["full_output"].(map[string]any)["stdout"].(string)
+	out, _ = bwrapExec(t, n, "flood", "", "stat -c %s "+log+"; tail -n 1 "+log)
+	var size int64
+	if _, err := fmt.Sscanf(out, "%d", &size); err != nil || size > 64<<20+256 || !strings.Contains(out, "not saved") {
+		t.Errorf("the flood's log %s: %q; want at most 64 MiB and a last line saying what was not saved", log, out)
 	}
 }

@@ -115,6 +115,11 @@ func serveCommand(fs *flag.FlagSet, g *globals) func(context.Context, []string) 
 			return err
 		}
 		defer st.close(context.Background())
+		if h.addr != "" {
+			if err := refuseUnisolatedHTTP(st.provider, o.isolation); err != nil {
+				return err
+			}
+		}
 		if h.addr == "" {
 			return st.server.ServeStdio(ctx, os.Stdin, g.stdout)
 		}

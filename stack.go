@@ -65,6 +65,7 @@ type serveOptions struct {
 	dockerHost      string
 	dockerTransport string
 	disk            byteSize
+	sandboxIDs      string
 	e2b             e2bOptions
 }
 
@@ -94,10 +95,11 @@ func (o *serveOptions) registerSandboxFlags(fs *flag.FlagSet) {
 	fs.Var(&o.memory, "memory", "memory limit per sandbox (0: the provider default)")
 	fs.Float64Var(&o.cpus, "cpus", 0, "CPU limit per sandbox in cores (0: the provider default)")
 	fs.Int64Var(&o.pids, "pids", 0, "process limit per sandbox (0: the provider default)")
+	fs.StringVar(&o.sandboxIDs, "sandbox-ids", "", "local, root server: FIRST:COUNT, the host uid/gid range sandboxes get one id each from (default 1879048192:65536)")
 	fs.StringVar(&o.dockerImage, "docker-image", docker.DefaultImage, "docker: the image sandboxes run (must be on the engine: it is never pulled)")
 	fs.StringVar(&o.dockerHost, "docker-host", "", "docker: the engine's address (default: $DOCKER_HOST, else the platform's usual socket: "+strings.Join(docker.CandidateHosts(runtime.GOOS, "~"), ", ")+")")
 	fs.StringVar(&o.dockerTransport, "docker-transport", "auto", "docker: how the server reaches envd in a container: socket (a unix socket; Linux), tcp (a port on 127.0.0.1 with a per-container token; what Docker Desktop needs), or auto (socket on Linux, tcp elsewhere)")
-	fs.Var(&o.disk, "disk", "docker: disk limit per sandbox where the engine's storage driver can enforce one (overlay2 on xfs with pquota, btrfs, zfs); elsewhere the sandbox says it is not enforced (0: none)")
+	fs.Var(&o.disk, "disk", "disk limit per sandbox. local (root server, bwrap): a loop-mounted ext4 image holding the workspace, /tmp and run logs (0: 10GiB). docker: where the engine's storage driver can enforce one (overlay2 on xfs with pquota, btrfs, zfs), else the sandbox says it is not enforced (0: none)")
 	o.e2b.register(fs)
 }
 

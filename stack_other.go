@@ -20,3 +20,6 @@ func bwrapInstalled() bool { return false }
 // warnUnisolated has nothing to warn of: only docker and e2b sandboxes run
 // here.
 func warnUnisolated(sandboxProvider, *slog.Logger) {}
+
+// refuseUnisolatedHTTP has nothing to refuse: no provider runs here.
+func refuseUnisolatedHTTP(sandboxProvider, string) error { return nil }

@@ -190,6 +190,11 @@ func logIncompleteNotice(stream string, err error) string {
 // bounded by the pipe, which holds nothing: a slow upload slows the reader.
 // A failing upload never fails the command; it is reported by done.
 //
+// A log holds at most maxRunLogBytes of its stream: the rest is counted, not
+// saved, and a last line says how much was left out (the result's totals
+// are counted apart, and stay exact). The disk quota of a sandbox bounds
+// all of its logs together; this bounds one flood.
+//
 // Write is called from one goroutine (the client's event loop); close from
 // the same one after the run.
 type streamLog struct {
@@ -202,6 +207,16 @@ type streamLog struct {
 	uploadc chan error // receives Upload's result
 	abs     string     // the log's absolute path once started
 	failed  error      // why the log stopped receiving, if it did
+	saved   int64      // bytes written to the log
+	dropped int64      // bytes past maxRunLogBytes, not written
+}
+
+// maxRunLogBytes is the most a run log holds of one stream: 64 MiB.
+const maxRunLogBytes = 64 << 20
+
+// logCapMarker is the last line of a log that reached maxRunLogBytes.
+func logCapMarker(dropped int64) string {
+	return fmt.Sprintf("\n[sandbox-mcp: this log stops at %s; the remaining %s bytes of output were not saved]\n", humanBytes(maxRunLogBytes), groupDigits(dropped))
 }
 
 // errUploadEnded is what a write sees when the upload returned early.
@@ -217,6 +232,15 @@ func (l *streamLog) Write(p []byte) (int, error) {
 	if l.failed != nil || len(p) == 0 {
 		return len(p), nil
 	}
+	n := len(p)
+	if room := maxRunLogBytes - l.saved; int64(len(p)) > room {
+		l.dropped += int64(len(p)) - room
+		p = p[:room]
+		if len(p) == 0 {
+			return n, nil
+		}
+	}
+	l.saved += int64(len(p))
 	if l.pw == nil {
 		dir, err := l.claim.claim(l.ctx)
 		if err != nil {
@@ -236,7 +260,7 @@ func (l *streamLog) Write(p []byte) (int, error) {
 	if _, err := l.pw.Write(p); err != nil {
 		l.failed = err
 	}
-	return len(p), nil
+	return n, nil
 }
 
 // finish ends the upload and waits for it. It returns the log's absolute
@@ -245,6 +269,11 @@ func (l *streamLog) Write(p []byte) (int, error) {
 func (l *streamLog) finish() (string, error) {
 	if l.pw == nil {
 		return "", l.failed
+	}
+	if l.dropped > 0 && l.failed == nil {
+		if _, err := io.WriteString(l.pw, logCapMarker(l.dropped)); err != nil {
+			l.failed = err
+		}
 	}
 	_ = l.pw.Close()
 	if err := <-l.uploadc; err != nil {

@@ -22,12 +22,16 @@ import (
 // embeds); bwrap-full runs the sandbox-mcp binary's `envd` subcommand, the
 // fallback of a binary built without the embedded envd.
 func BenchmarkCreateToFirstRun(b *testing.B) {
-	for _, variant := range []string{IsolationBwrap, IsolationNone, "bwrap-full"} {
+	for _, variant := range []string{IsolationBwrap, "bwrap-no-disk", IsolationNone, "bwrap-full"} {
 		b.Run(variant, func(b *testing.B) {
 			var p *Provider
 			switch variant {
 			case IsolationBwrap:
 				p = needBwrap(b, Config{})
+			case "bwrap-no-disk":
+				// The cost of the disk image (mkfs, mount) is the
+				// difference to bwrap.
+				p = needBwrap(b, Config{Disk: -1})
 			case IsolationNone:
 				p = newProvider(b, Config{Isolation: IsolationNone})
 			default:

@@ -28,6 +28,9 @@ const (
 	insideGID = 1000
 )
 
+// bwrapSeccompFD is the descriptor bwrap reads the seccomp filter from.
+const bwrapSeccompFD = 7
+
 // sandboxPath is the PATH of every sandbox process.
 const sandboxPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
@@ -131,8 +134,9 @@ func envdArgs(listen, root, tmp string, confine bool, extra map[string]string) [
 
 // bwrapArgs is the whole bwrap command line of a sandbox in dir, running the
 // envd binary at envd. fd 3 is the ready pipe (passed on to envd), 4 bwrap's
-// info pipe, 5 its block pipe, 6 envd's listening socket (passed on).
-func (p *Provider) bwrapArgs(id, dir, envd string, cfg sandboxSpec) []string {
+// info pipe, 5 its block pipe, 6 envd's listening socket (passed on) and,
+// with seccomp, 7 the seccomp filter (read and closed by bwrap).
+func (p *Provider) bwrapArgs(id, dir, envd string, cfg sandboxSpec, seccomp bool) []string {
 	args := namespaceArgs(id, cfg.network)
 	for _, kv := range sandboxEnv(insideWorkspace, "/tmp") {
 		args = append(args, "--setenv", kv[0], kv[1])
@@ -140,13 +144,16 @@ func (p *Provider) bwrapArgs(id, dir, envd string, cfg sandboxSpec) []string {
 	args = append(args, p.sysMounts...)
 	args = append(args, procDevArgs...)
 	args = append(args,
-		"--bind", filepath.Join(dir, "workspace"), insideWorkspace,
-		"--bind", filepath.Join(dir, "tmp"), "/tmp",
-		"--bind", filepath.Join(dir, "run"), insideRun,
+		"--bind", subdirPath(dir, "workspace"), insideWorkspace,
+		"--bind", subdirPath(dir, "tmp"), "/tmp",
+		"--bind", subdirPath(dir, "run"), insideRun,
 		"--ro-bind", envd, insideEnvd,
 	)
 	if cfg.network {
 		args = append(args, resolvConfArgs()...)
+	}
+	if seccomp {
+		args = append(args, "--seccomp", strconv.Itoa(bwrapSeccompFD))
 	}
 	args = append(args, "--chdir", insideWorkspace, "--info-fd", "4", "--block-fd", "5", insideEnvd)
 	return append(args, envdArgs(fmt.Sprintf("fd:%d", bwrapListenFD), insideWorkspace, "/tmp", false, cfg.env)...)

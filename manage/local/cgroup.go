@@ -11,10 +11,13 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // The cgroup modes of Config.Cgroups.
@@ -67,6 +70,7 @@ var v1Controllers = []string{"memory", "pids", "cpu", "freezer"}
 // cgroupMount is one cgroup or cgroup2 mount from /proc/self/mountinfo.
 type cgroupMount struct {
 	dir     string
+	root    string // the cgroup the mount shows at dir ("/" usually)
 	v2      bool
 	options []string // super options: the controllers of a v1 mount
 }
@@ -92,9 +96,9 @@ func readCgroupMounts() ([]cgroupMount, error) {
 		}
 		switch qf[0] {
 		case "cgroup2":
-			mounts = append(mounts, cgroupMount{dir: unescapeMount(pf[4]), v2: true})
+			mounts = append(mounts, cgroupMount{dir: unescapeMount(pf[4]), root: unescapeMount(pf[3]), v2: true})
 		case "cgroup":
-			mounts = append(mounts, cgroupMount{dir: unescapeMount(pf[4]), options: strings.Split(qf[2], ",")})
+			mounts = append(mounts, cgroupMount{dir: unescapeMount(pf[4]), root: unescapeMount(pf[3]), options: strings.Split(qf[2], ",")})
 		}
 	}
 	return mounts, sc.Err()
@@ -119,9 +123,67 @@ func unescapeMount(s string) string {
 	return b.String()
 }
 
+// ownCgroups reads /proc/self/cgroup: the server's cgroup in each v1
+// controller's hierarchy, and in the v2 one under "".
+func ownCgroups() map[string]string {
+	own := map[string]string{}
+	data, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		return own
+	}
+	for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+		// "4:memory:/system.slice/x.service", "0::/user.slice/…"
+		parts := strings.SplitN(line, ":", 3)
+		if len(parts) != 3 {
+			continue
+		}
+		if parts[1] == "" {
+			own[""] = parts[2]
+			continue
+		}
+		for _, c := range strings.Split(parts[1], ",") {
+			own[c] = parts[2]
+		}
+	}
+	return own
+}
+
+// ownDir is the directory of the server's cgroup path own in a hierarchy
+// mounted at mnt showing root; "" when own is not under root (the mount
+// shows another part of the hierarchy).
+func ownDir(mnt cgroupMount, own string) string {
+	if own == "" {
+		return ""
+	}
+	root := strings.TrimSuffix(mnt.root, "/")
+	if root != "" && own != root && !strings.HasPrefix(own, root+"/") {
+		return ""
+	}
+	rel := strings.TrimPrefix(own, root)
+	if strings.Contains("/"+rel+"/", "/../") {
+		return ""
+	}
+	return filepath.Join(mnt.dir, rel)
+}
+
+// usableDir makes (or keeps) directory dir and reports whether this process
+// may create cgroups in it: a parent left by a root server is not the
+// parent of an unprivileged one.
+func usableDir(dir string) error {
+	if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+		return err
+	}
+	return unix.Access(dir, unix.W_OK|unix.X_OK)
+}
+
 // detectCgroups finds the cgroup hierarchies for mode (auto, v1, v2) and
-// creates the provider's parent cgroup name in each. A nil result with a nil
-// error means mode is off.
+// creates the provider's parent cgroup name in each: under the server's own
+// cgroup, so that limits an operator puts on the service bind its
+// sandboxes too, else (no permission there, or cgroup v2's rule against
+// processes in inner cgroups cannot be met) at the hierarchy's root. A
+// parent this process cannot create cgroups in (a root server's, seen by an
+// unprivileged one) is skipped. A nil result with a nil error means mode is
+// off.
 func detectCgroups(mode, name string) (*cgroups, error) {
 	if mode == CgroupsOff {
 		return nil, nil
@@ -130,21 +192,21 @@ func detectCgroups(mode, name string) (*cgroups, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read cgroup mounts: %w", err)
 	}
-	var v2mount string
-	v1mounts := map[string]string{}
+	var v2mount cgroupMount
+	v1mounts := map[string]cgroupMount{}
 	for _, m := range mounts {
 		if m.v2 {
 			// Prefer /sys/fs/cgroup itself (pure v2) over a hybrid
 			// host's /sys/fs/cgroup/unified.
-			if v2mount == "" || m.dir == "/sys/fs/cgroup" {
-				v2mount = m.dir
+			if v2mount.dir == "" || m.dir == "/sys/fs/cgroup" {
+				v2mount = m
 			}
 			continue
 		}
 		for _, opt := range m.options {
 			for _, c := range v1Controllers {
 				if opt == c {
-					v1mounts[c] = m.dir
+					v1mounts[c] = m
 				}
 			}
 		}
@@ -154,7 +216,7 @@ func detectCgroups(mode, name string) (*cgroups, error) {
 		case len(v1mounts) > 0:
 			// A v1 or hybrid host: the controllers live in v1.
 			mode = CgroupsV1
-		case v2mount != "":
+		case v2mount.dir != "":
 			mode = CgroupsV2
 		default:
 			return nil, errors.New("no cgroup filesystem is mounted")
@@ -165,17 +227,17 @@ func detectCgroups(mode, name string) (*cgroups, error) {
 		if len(v1mounts) == 0 {
 			return nil, errors.New("no cgroup v1 controller is mounted")
 		}
-		return setupV1(v1mounts, name)
+		return setupV1(v1mounts, ownCgroups(), name)
 	case CgroupsV2:
-		if v2mount == "" {
+		if v2mount.dir == "" {
 			return nil, errors.New("no cgroup2 filesystem is mounted")
 		}
-		return setupV2(v2mount, name)
+		return setupV2(v2mount, ownCgroups()[""], name)
 	}
 	return nil, fmt.Errorf("cgroup mode %q: want auto, v1, v2 or off", mode)
 }
 
-func setupV1(mounts map[string]string, name string) (*cgroups, error) {
+func setupV1(mounts map[string]cgroupMount, own map[string]string, name string) (*cgroups, error) {
 	cg := &cgroups{version: 1, v1: map[string]string{}}
 	var errs []error
 	for _, c := range v1Controllers {
@@ -183,13 +245,20 @@ func setupV1(mounts map[string]string, name string) (*cgroups, error) {
 		if !ok {
 			continue
 		}
-		dir := filepath.Join(mnt, name)
-		if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
-			errs = append(errs, err)
-			continue
+		var candidates []string
+		if d := ownDir(mnt, own[c]); d != "" && d != mnt.dir {
+			candidates = append(candidates, filepath.Join(d, name))
 		}
-		cg.v1[c] = dir
-		cg.enable(c)
+		candidates = append(candidates, filepath.Join(mnt.dir, name))
+		for _, dir := range candidates {
+			if err := usableDir(dir); err != nil {
+				errs = append(errs, fmt.Errorf("%s: %w", dir, err))
+				continue
+			}
+			cg.v1[c] = dir
+			cg.enable(c)
+			break
+		}
 	}
 	if len(cg.v1) == 0 {
 		return nil, fmt.Errorf("create cgroup %s: %w", name, errors.Join(errs...))
@@ -197,21 +266,58 @@ func setupV1(mounts map[string]string, name string) (*cgroups, error) {
 	return cg, nil
 }
 
-func setupV2(mount, name string) (*cgroups, error) {
-	parent := filepath.Join(mount, name)
-	if err := os.Mkdir(parent, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+// v2Controllers are the v2 controllers sandboxes get (the freezer is part
+// of every v2 cgroup).
+var v2Controllers = []string{"memory", "pids", "cpu"}
+
+// setupV2 makes the parent of the sandbox cgroups in the v2 hierarchy at
+// mnt: under the server's own cgroup own when it can, else at the root.
+// Controllers are handed down with cgroup.subtree_control, which v2 allows
+// only in a cgroup without processes of its own: when the server's cgroup
+// holds nothing but this process, the server moves into a leaf beside the
+// sandboxes' parent ("<own>/<name>-server"); when it holds others, the
+// controllers cannot be enabled there and the root is used.
+func setupV2(mnt cgroupMount, own, name string) (*cgroups, error) {
+	var errs []error
+	if d := ownDir(mnt, own); d != "" && d != mnt.dir {
+		cg, err := setupV2Under(d, name, true)
+		if err == nil {
+			return cg, nil
+		}
+		errs = append(errs, err)
+	}
+	cg, err := setupV2Under(mnt.dir, name, false)
+	if err != nil {
+		return nil, errors.Join(append(errs, err)...)
+	}
+	return cg, nil
+}
+
+// setupV2Under makes base/name and enables the controllers in base and in
+// it. With leaf, base is the server's own cgroup, which the server
+// leaves for base/<name>-server first when it is alone in it.
+func setupV2Under(base, name string, leaf bool) (*cgroups, error) {
+	parent := filepath.Join(base, name)
+	if err := usableDir(parent); err != nil {
 		return nil, fmt.Errorf("create cgroup %s: %w", parent, err)
 	}
-	// Hand the controllers down: the mount root to our parent, our parent to
-	// the sandboxes. One write per controller, so a controller the host
-	// refuses (for example in a cgroup namespace whose root has processes)
-	// does not cost us the others.
-	avail := strings.Fields(readTrim(filepath.Join(mount, "cgroup.controllers")))
-	for _, dir := range []string{mount, parent} {
-		for _, c := range avail {
-			if c == "memory" || c == "pids" || c == "cpu" {
-				_ = writeFile(filepath.Join(dir, "cgroup.subtree_control"), "+"+c)
-			}
+	if leaf {
+		if err := leaveForLeaf(base, name+"-server"); err != nil {
+			return nil, fmt.Errorf("cgroup %s: %w", base, err)
+		}
+	}
+	avail := strings.Fields(readTrim(filepath.Join(base, "cgroup.controllers")))
+	// Hand the controllers down, one write per controller, so a controller
+	// the host refuses (for example in a cgroup namespace whose root has
+	// processes) does not cost us the others. Above base, whoever
+	// delegated it decides.
+	dirs := []string{base, parent}
+	for _, c := range avail {
+		if !slices.Contains(v2Controllers, c) {
+			continue
+		}
+		for _, dir := range dirs {
+			_ = writeFile(filepath.Join(dir, "cgroup.subtree_control"), "+"+c)
 		}
 	}
 	cg := &cgroups{version: 2, v2: parent}
@@ -220,12 +326,41 @@ func setupV2(mount, name string) (*cgroups, error) {
 			cg.enable(c)
 		}
 	}
+	if leaf && len(avail) > 0 && !cg.memory && !cg.pids && !cg.cpu {
+		_ = syscall.Rmdir(parent)
+		return nil, fmt.Errorf("no controller could be enabled in %s", base)
+	}
 	// cgroup.freeze is part of the core of every non-root v2 cgroup (Linux
 	// 5.2 and later).
 	if _, err := os.Stat(filepath.Join(parent, "cgroup.freeze")); err == nil {
 		cg.freezer = true
 	}
 	return cg, nil
+}
+
+// leaveForLeaf moves this process into base/leaf when it is the only
+// process in base, so that base may enable controllers for its children.
+// It does nothing when base has no processes (the server already left).
+func leaveForLeaf(base, leaf string) error {
+	var others bool
+	procs := strings.Fields(readTrim(filepath.Join(base, "cgroup.procs")))
+	if len(procs) == 0 {
+		return nil
+	}
+	self := strconv.Itoa(os.Getpid())
+	for _, pid := range procs {
+		if pid != self {
+			others = true
+		}
+	}
+	if others {
+		return fmt.Errorf("it holds processes other than this server (%d), so it cannot hand controllers down", len(procs))
+	}
+	dir := filepath.Join(base, leaf)
+	if err := usableDir(dir); err != nil {
+		return err
+	}
+	return writeFile(filepath.Join(dir, "cgroup.procs"), self)
 }
 
 // cgroup is one sandbox's cgroup: a directory in each hierarchy.

@@ -40,7 +40,7 @@ func (p *Provider) Create(ctx context.Context, cfg manage.SandboxConfig) (manage
 	defer e.release()
 	dir := filepath.Join(p.sandboxesDir, id)
 	meta := metadata{ID: id, CreatedAt: time.Now().UTC().Truncate(time.Millisecond), Config: cfg}
-	op, owner, err := p.makeDir(id, meta)
+	op, owner, err := p.makeDir(ctx, id, meta, &spec)
 	if err != nil {
 		p.forget(id)
 		return manage.Sandbox{}, connect.NewError(connect.CodeInternal, fmt.Errorf("create sandbox %s: %w", id, err))
@@ -51,7 +51,10 @@ func (p *Provider) Create(ctx context.Context, cfg manage.SandboxConfig) (manage
 		err = p.setDaemon(ctx, e, d)
 	}
 	if err != nil {
-		_ = os.RemoveAll(dir)
+		if p.hostIDs != nil {
+			p.hostIDs.release(context.WithoutCancel(ctx), id, dir)
+		}
+		_ = removeSandboxDir(dir)
 		p.forget(id)
 		return manage.Sandbox{}, err
 	}
@@ -96,9 +99,10 @@ func (p *Provider) spec(cfg manage.SandboxConfig) (sandboxSpec, error) {
 }
 
 // makeDir creates a sandbox's directory tree and sandbox.json under a
-// hidden name, takes its op and owner locks and renames it into place. The
-// directories the sandbox writes belong to its host user.
-func (p *Provider) makeDir(id string, meta metadata) (op, owner *os.File, err error) {
+// hidden name, takes its op and owner locks, gives it its own host id (into
+// spec, with per-sandbox ids) and renames it into place. The directories the
+// sandbox writes belong to its host user.
+func (p *Provider) makeDir(ctx context.Context, id string, meta metadata, spec *sandboxSpec) (op, owner *os.File, err error) {
 	tmp := filepath.Join(p.sandboxesDir, newDirPrefix+id)
 	// Exclusive: an id is never reused.
 	if err := os.Mkdir(tmp, 0o711); err != nil {
@@ -112,7 +116,10 @@ func (p *Provider) makeDir(id string, meta metadata) (op, owner *os.File, err er
 			if owner != nil {
 				_ = owner.Close()
 			}
-			_ = os.RemoveAll(tmp)
+			if spec.hostID != 0 {
+				p.hostIDs.release(context.WithoutCancel(ctx), id, tmp)
+			}
+			_ = removeSandboxDir(tmp)
 		}
 	}()
 	if op, err = filelock.TryLock(filepath.Join(tmp, opLockFile), unix.LOCK_EX); err != nil {
@@ -121,7 +128,21 @@ func (p *Provider) makeDir(id string, meta metadata) (op, owner *os.File, err er
 	if owner, err = filelock.TryLock(filepath.Join(tmp, ownerLockFile), unix.LOCK_EX); err != nil {
 		return op, nil, err
 	}
-	if err = p.prepareSubdirs(tmp); err != nil {
+	if p.hostIDs != nil {
+		if spec.hostID, err = p.hostIDs.allocate(ctx, id, tmp); err != nil {
+			return op, owner, err
+		}
+	}
+	if p.disk != nil {
+		if derr := p.disk.create(ctx, tmp); derr != nil {
+			// This sandbox goes without a quota, and says so.
+			p.log.Warn("could not give a sandbox its disk quota", "id", id, "error", derr)
+			unmountVolume(tmp)
+			_ = os.Remove(filepath.Join(tmp, volumeDir))
+			_ = os.Remove(filepath.Join(tmp, diskImageFile))
+		}
+	}
+	if err = p.prepareSubdirs(tmp, p.ownerFor(*spec)); err != nil {
 		return op, owner, err
 	}
 	data, err := json.MarshalIndent(meta, "", "  ")
@@ -139,19 +160,22 @@ func (p *Provider) makeDir(id string, meta metadata) (op, owner *os.File, err er
 }
 
 // prepareSubdirs creates (or keeps) workspace, tmp and run and gives them to
-// the sandbox's host user. Also run before a restart, since the host user
-// may have changed since the sandbox was made.
-func (p *Provider) prepareSubdirs(dir string) error {
-	for _, sub := range []string{"workspace", "tmp", "run"} {
-		path := filepath.Join(dir, sub)
+// the sandbox's host user, owner (-1: left alone). Also run before a
+// restart, since the host user may have changed since the sandbox was made.
+func (p *Provider) prepareSubdirs(dir string, owner [2]int) error {
+	for _, sub := range sandboxSubdirs {
+		path := subdirPath(dir, sub)
 		if err := os.Mkdir(path, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
 			return err
 		}
-		if p.owner[0] >= 0 {
-			if err := os.Lchown(path, p.owner[0], p.owner[1]); err != nil {
+		if owner[0] >= 0 {
+			if err := os.Lchown(path, owner[0], owner[1]); err != nil {
 				return err
 			}
 		}
+	}
+	if hasDisk(dir) {
+		return linkSubdirs(dir)
 	}
 	return nil
 }

@@ -78,8 +78,8 @@ func describeExit(err error, isolation string) string {
 }
 
 // wait reaps the daemon, records why it ended, kills whatever is left of the
-// sandbox (an unisolated envd's children outlive it) and removes its cgroup,
-// then closes done and releases the owner lock: the cgroup is named after
+// sandbox (an unisolated envd's children outlive it), removes its cgroup and
+// unmounts its disk image, then closes done and releases the owner lock: the cgroup is named after
 // the sandbox, so it must be gone before another Provider may start the
 // sandbox again and make a new one.
 func (d *daemon) wait() {
@@ -90,6 +90,9 @@ func (d *daemon) wait() {
 	if d.cg != nil {
 		_ = d.cg.remove(context.Background())
 	}
+	// A stopped sandbox holds no mount: its disk image is mounted again
+	// when it is resumed (disk.go).
+	unmountVolume(d.dir)
 	d.exitErr, d.endedAt = err, time.Now()
 	rec := d.record
 	rec.EndedAt, rec.Exit = d.endedAt.UTC(), d.exitDetail()

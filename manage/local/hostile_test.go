@@ -275,7 +275,8 @@ func TestSocketPathCheckRefusesRedirects(t *testing.T) {
 // run/ is never followed.
 func TestRestartMovesTheSocketOutOfReach(t *testing.T) {
 	state := newStateDir(t)
-	p1 := needBwrap(t, Config{StateDir: state})
+	// The older version had no disk images either: run/ is the directory.
+	p1 := needBwrap(t, Config{StateDir: state, Disk: -1})
 	a := create(t, p1, manage.SandboxConfig{})
 	if err := p1.Close(testCtx(t)); err != nil {
 		t.Fatal(err)
@@ -290,7 +291,7 @@ func TestRestartMovesTheSocketOutOfReach(t *testing.T) {
 	if err := os.Symlink(fake, filepath.Join(dir, "run", "envd.sock")); err != nil {
 		t.Fatal(err)
 	}
-	p2 := needBwrap(t, Config{StateDir: state})
+	p2 := needBwrap(t, Config{StateDir: state, Disk: -1})
 	if s, err := p2.Info(testCtx(t), a.ID); err != nil || s.State != manage.StateStopped {
 		t.Fatalf("Info after the restart = %+v, %v; want stopped", s, err)
 	}

@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -203,6 +204,17 @@ func (p *Provider) describe(meta metadata, isolation string, state manage.State,
 		s.Workdir = filepath.Join(p.sandboxesDir, meta.ID, "workspace")
 		s.Warnings = []string{noIsolationWarning}
 	}
+	s.Warnings = append(s.Warnings, p.warnings...)
+	if isolation == IsolationBwrap && !hasDisk(filepath.Join(p.sandboxesDir, meta.ID)) {
+		why := p.diskWhy
+		if why == "" {
+			why = "it was made without a disk image"
+		}
+		s.Warnings = append(s.Warnings, noDiskQuotaWarning(why))
+	}
+	if spec, err := p.spec(meta.Config); err == nil {
+		s.Warnings = append(s.Warnings, p.unenforcedLimits(spec)...)
+	}
 	return s
 }
 
@@ -270,4 +282,34 @@ func (p *Provider) socketRefuses(ctx context.Context, path string) bool {
 		return false
 	}
 	return errors.Is(err, syscall.ECONNREFUSED)
+}
+
+// unenforcedLimits are warnings for the limits of spec this machine does not
+// enforce: a cgroup controller that is missing (no cgroup at all, or one
+// the server may not use, such as memory for an unprivileged user without
+// delegation).
+func (p *Provider) unenforcedLimits(spec sandboxSpec) []string {
+	cg := p.cgroups
+	if cg == nil {
+		why, _, more := strings.Cut(p.caps.CgroupError, "\n")
+		if more {
+			why += "; …"
+		}
+		return []string{fmt.Sprintf("Memory, CPU and process-count limits are NOT enforced on this sandbox: it has no cgroup (%s). "+
+			"Only rlimits bound it (%d processes per host user, %d open files per process).", why, spec.pids, spec.nofile)}
+	}
+	var missing []string
+	if spec.memory > 0 && !cg.memory {
+		missing = append(missing, fmt.Sprintf("memory (%d MiB)", spec.memory>>20))
+	}
+	if spec.cpus > 0 && !cg.cpu {
+		missing = append(missing, fmt.Sprintf("CPU (%g cores)", spec.cpus))
+	}
+	if spec.pids > 0 && !cg.pids {
+		missing = append(missing, fmt.Sprintf("process count (%d; RLIMIT_NPROC still applies)", spec.pids))
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	return []string{"These limits are NOT enforced on this sandbox, because its cgroup lacks the controller: " + strings.Join(missing, ", ") + "."}
 }

@@ -277,8 +277,8 @@ func TestProbe(t *testing.T) {
 			t.Errorf("cgroups on this v1 host: %+v", caps)
 		}
 	}
-	if os.Geteuid() == 0 && (caps.SandboxUID != defaultHostID || caps.DropError != "") {
-		t.Errorf("sandboxes of a root server run as host uid %d (%s), want %d", caps.SandboxUID, caps.DropError, defaultHostID)
+	if os.Geteuid() == 0 && (caps.SandboxUID != DefaultSandboxIDs.First || caps.DropError != "") {
+		t.Errorf("sandboxes of a root server run as host uid %d (%s), want %d", caps.SandboxUID, caps.DropError, DefaultSandboxIDs.First)
 	}
 }
 
@@ -402,8 +402,8 @@ func TestUnreachableBinaryIsCopied(t *testing.T) {
 	logs := &logBuffer{}
 	p := needBwrap(t, Config{StateDir: stateDir, EnvdBinary: bin, Logger: slog.New(slog.NewTextHandler(logs, nil))})
 	caps := p.Capabilities()
-	if caps.DropError != "" || caps.SandboxUID != defaultHostID || p.cred == nil {
-		t.Fatalf("Capabilities = %+v; want bwrap as uid %d without a DropError", caps, defaultHostID)
+	if caps.DropError != "" || caps.SandboxUID != DefaultSandboxIDs.First || caps.SandboxIDs != DefaultSandboxIDs || p.cred == nil || p.hostIDs == nil {
+		t.Fatalf("Capabilities = %+v; want bwrap as uid %d (per-sandbox ids) without a DropError", caps, DefaultSandboxIDs.First)
 	}
 	if strings.Contains(logs.String(), "level=WARN") {
 		t.Errorf("New warned:\n%s", logs)
@@ -432,8 +432,9 @@ func TestUnreachableBinaryIsCopied(t *testing.T) {
 	if got := shOK(t, c, "id -u; echo x > owned"); got != "1000" {
 		t.Errorf("uid inside: %q", got)
 	}
-	if fi, err := os.Stat(filepath.Join(p.dir(sb.ID), "workspace", "owned")); err != nil || ownerUID(fi) != defaultHostID {
-		t.Errorf("a file the sandbox made: %v, owner %d; want owner %d", err, ownerUID(fi), defaultHostID)
+	hostID, ok := p.hostIDs.recorded(p.dir(sb.ID))
+	if fi, err := os.Stat(filepath.Join(p.dir(sb.ID), "workspace", "owned")); err != nil || !ok || ownerUID(fi) != hostID {
+		t.Errorf("a file the sandbox made: %v, owner %d; want owner %d, the sandbox's own host id", err, ownerUID(fi), hostID)
 	}
 
 	// Another Provider reuses the copy; one removed meanwhile comes back.

@@ -61,11 +61,16 @@ func (p *Provider) Kill(ctx context.Context, id string) error {
 		return connect.NewError(connect.CodeInternal, fmt.Errorf("kill sandbox %s: %w", id, err))
 	}
 	p.forget(id)
+	if p.hostIDs != nil {
+		// Its processes are gone; any straggler keeps the id busy
+		// (allocation skips ids that processes run as).
+		p.hostIDs.release(ctx, id, doomed)
+	}
 	removed := make(chan error, 1)
 	p.bg.Add(1)
 	go func() {
 		defer p.bg.Done()
-		removed <- os.RemoveAll(doomed)
+		removed <- removeSandboxDir(doomed)
 	}()
 	select {
 	case err := <-removed:

@@ -111,7 +111,9 @@ func TestInfoNoticesKilledDaemon(t *testing.T) {
 }
 
 func TestInfoDirectoryRemoved(t *testing.T) {
-	p := needBwrap(t, Config{})
+	// Without a disk image: a mounted one keeps a running sandbox's
+	// directory from being removed by hand (EBUSY).
+	p := needBwrap(t, Config{Disk: -1})
 	sb := create(t, p, manage.SandboxConfig{})
 	_, all := sandboxPids(t, p, sb.ID)
 	procs := snapshot(all)

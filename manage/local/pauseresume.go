@@ -97,7 +97,36 @@ func (p *Provider) Resume(ctx context.Context, id string) error {
 	if err != nil {
 		return err
 	}
-	if err := p.prepareSubdirs(c.dir); err != nil {
+	if p.hostIDs != nil {
+		// What an earlier daemon left (frozen processes of a paused
+		// sandbox whose server died) still runs as the sandbox's id:
+		// gone first, so that the id is free for it again.
+		if err := p.removeStaleCgroup(ctx, id); err != nil {
+			return connect.NewError(connect.CodeInternal, fmt.Errorf("resume sandbox %s: %w", id, err))
+		}
+		uid, changed, err := p.hostIDs.ensure(ctx, id, c.dir)
+		if err != nil {
+			return connect.NewError(connect.CodeUnavailable, fmt.Errorf("resume sandbox %s: %w", id, err))
+		}
+		spec.hostID = uid
+		if changed {
+			// A sandbox from before per-sandbox ids, or one whose id
+			// was taken meanwhile: its files become its new id's.
+			for _, sub := range sandboxSubdirs {
+				if err := chownTree(subdirPath(c.dir, sub), uid, uid); err != nil {
+					return connect.NewError(connect.CodeInternal, fmt.Errorf("resume sandbox %s: %w", id, err))
+				}
+			}
+		}
+	}
+	if hasDisk(c.dir) {
+		// Unmounted when its last daemon ended (or still mounted, when
+		// its server died without cleaning up).
+		if err := p.mountVolume(ctx, c.dir); err != nil {
+			return connect.NewError(connect.CodeUnavailable, fmt.Errorf("resume sandbox %s: %w", id, err))
+		}
+	}
+	if err := p.prepareSubdirs(c.dir, p.ownerFor(spec)); err != nil {
 		return connect.NewError(connect.CodeInternal, fmt.Errorf("resume sandbox %s: %w", id, err))
 	}
 	owner := c.owner

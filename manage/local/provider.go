@@ -7,7 +7,12 @@
 //
 // A sandbox with id ID lives in <StateDir>/sandboxes/ID/:
 //
-//	workspace/   the workspace (/workspace inside, envd's --root)
+//	workspace/   the workspace (/workspace inside, envd's --root); with a
+//	             disk image, this and tmp and run are symlinks into volume/
+//	disk.img, volume/
+//	             the sandbox's disk quota: an ext4 image, mounted at volume/
+//	             while the sandbox runs (disk.go)
+//	hostid       its own host uid and gid, for a root server (hostids.go)
 //	tmp/         its private /tmp
 //	run/         /.sandbox-mcp/run inside, writable there; nothing the
 //	             server reads (envd's socket used to be here, where the
@@ -29,10 +34,12 @@
 // Under bwrap the daemon runs in new user, pid, ipc, uts, mount, cgroup and
 // (unless the sandbox has network) network namespaces as uid 1000, sees the
 // host's system directories read-only, its workspace, its /tmp and nothing
-// else of the host. When the server runs as root, bwrap itself runs as an
-// unprivileged host user (Config.HostUID, default nobody) so that uid 1000
-// inside is not root's uid outside: otherwise the sandbox would own every
-// root-owned file it can see (/etc/shadow among them). Without bwrap
+// else of the host, under a seccomp filter modelled on Docker's default
+// profile (seccomp.go). When the server runs as root, bwrap itself runs as
+// an unprivileged host user — by default one of its own per sandbox, from
+// Config.SandboxIDs — so that uid 1000 inside is not root's uid outside:
+// otherwise the sandbox would own every root-owned file it can see
+// (/etc/shadow among them). Without bwrap
 // (isolation none) the daemon is a plain child process confined only by
 // envd's --confine, and every Sandbox says so in its Warnings.
 //
@@ -105,6 +112,11 @@ var noIsolationWarning = fmt.Sprintf("This sandbox is NOT isolated from the host
 	"delete anything that user can, see the host's processes and use its network. Only envd's file API is "+
 	"confined to the workspace.", serverUser())
 
+// noSeccompWarning is on every bwrap Sandbox where the package has no
+// seccomp filter for the architecture.
+var noSeccompWarning = fmt.Sprintf("This sandbox has no seccomp filter (none is built for %s): its processes can make "+
+	"every system call a user namespace allows, including mount and nested user namespaces.", runtime.GOARCH)
+
 // serverUser names the user the server runs as, for warnings.
 func serverUser() string {
 	if uid := os.Geteuid(); uid != 0 {
@@ -132,12 +144,26 @@ type Config struct {
 	BwrapPath string
 	// HostUID and HostGID are the host user and group bwrap runs as when the
 	// server runs as root, so uid 1000 inside maps to them rather than to
-	// root. 0 means 65534 (nobody); -1 keeps root. They need search
+	// root. Both 0 (the default) means one id per sandbox from SandboxIDs;
+	// one of them 0 means 65534 (nobody) for it, and a single id set here is
+	// shared by every sandbox (and so is per-user accounting such as
+	// RLIMIT_NPROC); -1 keeps root. They need search
 	// permission on every parent of the state directory (the state and
 	// sandboxes directories themselves are made 0711); when they lack it,
 	// sandboxes run as root's uid with a warning. An EnvdBinary they cannot
 	// reach is copied into StateDir/bin.
 	HostUID, HostGID int
+	// Disk is each bwrap sandbox's disk quota in bytes, for its workspace,
+	// /tmp and run logs together, enforced with a loop-mounted ext4 image
+	// when the server runs as root (see disk.go). 0 means DefaultDisk (10
+	// GiB); negative means none.
+	Disk int64
+	// SandboxIDs is the range of host ids a root server gives its sandboxes,
+	// one uid (and the same gid) each, kept while the sandbox exists (see
+	// hostids.go). Zero: DefaultSandboxIDs. Unused when HostUID or HostGID
+	// is set, and by a server that is not root, whose sandboxes all map to
+	// its own uid (bwrap maps one id; it does not use newuidmap).
+	SandboxIDs IDRange
 	// Cgroups selects the cgroup hierarchy: auto (default: v1 controllers
 	// where mounted, else v2), v1, v2 or off. An explicit version that is
 	// not available is an error.
@@ -150,6 +176,11 @@ type Config struct {
 	DefaultLimits manage.Limits
 	// Logger receives the provider's logs. Nil means slog.Default().
 	Logger *slog.Logger
+
+	// perSandboxIDs is set by withDefaults when sandboxes get their own host
+	// ids; HostUID and HostGID then hold SandboxIDs.First, the id the probe
+	// runs as.
+	perSandboxIDs bool
 
 	// embedded is the lean envd that EnvdBinary names when it defaulted to
 	// one: envdbin.Lookup(runtime.GOARCH), or what a test put here.
@@ -171,8 +202,12 @@ type Capabilities struct {
 	// UserNamespaces reports whether the kernel allows user namespaces.
 	UserNamespaces bool
 	// SandboxUID and SandboxGID are the host ids that uid and gid 1000 in a
-	// bwrap sandbox map to.
+	// bwrap sandbox map to; with SandboxIDs, the first of the range (the id
+	// the probe ran as).
 	SandboxUID, SandboxGID int
+	// SandboxIDs, when its Count is not 0, is the range each sandbox gets its
+	// own host uid and gid from.
+	SandboxIDs IDRange
 	// DropError, for a server running as root, is why bwrap could not run
 	// as Config.HostUID, so sandboxes map to root's uid instead; DropFix
 	// says what would let it (when known).
@@ -203,14 +238,20 @@ type Provider struct {
 	bwrapPath    string
 	isolation    string
 	cred         *syscall.Credential // bwrap's user; nil: the server's own
-	prlimit      bool                // set rlimits with prlimit(2), not through sh
-	maxNoFile    uint64              // highest NOFILE and NPROC the server may
-	maxNProc     uint64              // give (its own hard limits), 0: no cap
-	owner        [2]int              // uid, gid of new workspaces; -1: leave
+	hostIDs      *hostIDs            // per-sandbox host ids; nil: cred for all
+	disk         *diskQuota          // nil: no disk quotas, diskWhy says why
+	diskWhy      string
+	prlimit      bool   // set rlimits with prlimit(2), not through sh
+	maxNoFile    uint64 // highest NOFILE and NPROC the server may
+	maxNProc     uint64 // give (its own hard limits), 0: no cap
+	owner        [2]int // uid, gid of new workspaces; -1: leave
 	sysMounts    []string
 	cgroups      *cgroups
 	caps         Capabilities
 	limits       manage.Limits // resolved defaults
+	// warnings are on every Sandbox: limits and protections this machine
+	// cannot give (noIsolationWarning is added by describe).
+	warnings []string
 
 	bg sync.WaitGroup // background removals
 
@@ -292,10 +333,35 @@ func New(ctx context.Context, cfg Config) (*Provider, error) {
 		p.sysMounts = systemMountArgs()
 		if cred != nil {
 			p.owner = [2]int{int(cred.Uid), int(cred.Gid)}
+			if cfg.perSandboxIDs {
+				if p.hostIDs, err = newHostIDs(p.stateDir, p.sandboxesDir, cfg.SandboxIDs); err != nil {
+					return nil, fmt.Errorf("local provider: %w", err)
+				}
+				p.caps.SandboxIDs = cfg.SandboxIDs
+			}
 		} else if caps.DropError != "" {
 			log.Warn("bwrap cannot run as the unprivileged host user; sandbox uid 1000 maps to the server's uid (root)",
 				"host_uid", cfg.HostUID, "error", caps.DropError, "fix", caps.DropFix)
 		}
+	}
+	if p.isolation == IsolationBwrap {
+		switch {
+		case cfg.Disk < 0:
+			p.diskWhy = "disk quotas are turned off"
+		default:
+			size := cfg.Disk
+			if size == 0 {
+				size = DefaultDisk
+			}
+			p.disk, p.diskWhy = newDiskQuota(size)
+			if p.disk == nil {
+				log.Warn("sandboxes get no disk quota: their disk use is bounded only by the host filesystem", "reason", p.diskWhy)
+			}
+		}
+	}
+	if p.isolation == IsolationBwrap && seccompArch == 0 {
+		p.warnings = append(p.warnings, noSeccompWarning)
+		log.Warn(noSeccompWarning)
 	}
 	if caps.CgroupError != "" {
 		log.Warn("sandboxes get no cgroup: no memory, cpu or pids limits; pause uses SIGSTOP", "error", caps.CgroupError)
@@ -392,6 +458,16 @@ func (cfg Config) withDefaults() (Config, error) {
 	}
 	if !validCgroupName(cfg.CgroupName) {
 		return cfg, fmt.Errorf("local provider: cgroup name %q: want letters, digits, '-', '_' and '.'", cfg.CgroupName)
+	}
+	if cfg.HostUID == 0 && cfg.HostGID == 0 {
+		if cfg.SandboxIDs == (IDRange{}) {
+			cfg.SandboxIDs = DefaultSandboxIDs
+		}
+		if err := cfg.SandboxIDs.check(); err != nil {
+			return cfg, fmt.Errorf("local provider: sandbox ids: %w", err)
+		}
+		cfg.perSandboxIDs = true
+		cfg.HostUID, cfg.HostGID = cfg.SandboxIDs.First, cfg.SandboxIDs.First
 	}
 	if cfg.HostUID == 0 {
 		cfg.HostUID = defaultHostID

@@ -30,6 +30,27 @@ type sandboxSpec struct {
 	cpus    float64
 	pids    int64
 	nofile  uint64
+	// hostID is the sandbox's own host uid and gid (Provider.hostIDs); 0:
+	// the provider's shared ones.
+	hostID int
+}
+
+// credFor is the credential bwrap runs as for a sandbox of spec (nil: the
+// server's own).
+func (p *Provider) credFor(spec sandboxSpec) *syscall.Credential {
+	if spec.hostID != 0 {
+		return sandboxCred(spec.hostID)
+	}
+	return p.cred
+}
+
+// ownerFor is the uid and gid the writable directories of a sandbox of spec
+// belong to (-1: left as made).
+func (p *Provider) ownerFor(spec sandboxSpec) [2]int {
+	if spec.hostID != 0 {
+		return [2]int{spec.hostID, spec.hostID}
+	}
+	return p.owner
 }
 
 // startDaemon starts the envd of sandbox id in dir and returns once it is
@@ -117,17 +138,30 @@ type startFiles struct {
 	readyR, readyW *os.File
 	infoR, infoW   *os.File
 	blockR, blockW *os.File
+	// seccomp is the filter bwrap reads from --seccomp (nil without bwrap
+	// or without a filter for this architecture).
+	seccomp *os.File
 }
 
 // openStartFiles makes the control socket in sandbox id's directory dir and
 // the ready pipe, and with bwrap also the info and block pipes. On error
 // whatever it made is closed again.
 func openStartFiles(id, dir string, bwrap bool) (*startFiles, error) {
+	var filter *os.File
+	if bwrap {
+		var err error
+		if filter, err = seccompFile(); err != nil {
+			return nil, connect.NewError(connect.CodeInternal, fmt.Errorf("start sandbox %s: %w", id, err))
+		}
+	}
 	listener, err := listenControlSocket(dir)
 	if err != nil {
+		if filter != nil {
+			_ = filter.Close()
+		}
 		return nil, connect.NewError(connect.CodeInternal, fmt.Errorf("start sandbox %s: envd socket: %w", id, err))
 	}
-	f := &startFiles{listener: listener}
+	f := &startFiles{listener: listener, seccomp: filter}
 	if f.readyR, f.readyW, err = os.Pipe(); err == nil && bwrap {
 		if f.infoR, f.infoW, err = os.Pipe(); err == nil {
 			f.blockR, f.blockW, err = os.Pipe()
@@ -144,7 +178,7 @@ func openStartFiles(id, dir string, bwrap bool) (*startFiles, error) {
 // inherited: the listener and the ends of the pipes the daemon uses. The
 // server keeps readyR, infoR and blockW.
 func (f *startFiles) closeChildEnds() {
-	for _, c := range []*os.File{f.readyW, f.listener, f.infoW, f.blockR} {
+	for _, c := range []*os.File{f.readyW, f.listener, f.infoW, f.blockR, f.seccomp} {
 		if c != nil {
 			_ = c.Close()
 		}
@@ -153,7 +187,7 @@ func (f *startFiles) closeChildEnds() {
 
 // close closes every file; closing one closed already does nothing.
 func (f *startFiles) close() {
-	for _, c := range []*os.File{f.readyR, f.readyW, f.listener, f.infoR, f.infoW, f.blockR, f.blockW} {
+	for _, c := range []*os.File{f.readyR, f.readyW, f.listener, f.infoR, f.infoW, f.blockR, f.blockW, f.seccomp} {
 		if c != nil {
 			_ = c.Close()
 		}
@@ -161,23 +195,27 @@ func (f *startFiles) close() {
 }
 
 // bwrapCommand is the command that runs sandbox id's envd under bwrap, which
-// inherits the ready, info and block pipes and the listener (descriptors 3
-// to 6, see bwrapListenFD). With p.prlimit bwrap runs directly and
+// inherits the ready, info and block pipes, the listener (descriptors 3
+// to 6, see bwrapListenFD) and the seccomp filter (7, see bwrapSeccompFD). With p.prlimit bwrap runs directly and
 // startDaemon sets the rlimits on the sandbox's first process; otherwise sh
 // sets them before it execs bwrap.
 func (p *Provider) bwrapCommand(id, dir, envdPath string, spec sandboxSpec, f *startFiles) *exec.Cmd {
 	var cmd *exec.Cmd
+	args := p.bwrapArgs(id, dir, envdPath, spec, f.seccomp != nil)
 	if p.prlimit {
-		cmd = exec.Command(p.bwrapPath, p.bwrapArgs(id, dir, envdPath, spec)...)
+		cmd = exec.Command(p.bwrapPath, args...)
 	} else {
-		cmd = exec.Command("/bin/sh", rlimitArgs(spec, p.bwrapPath, p.bwrapArgs(id, dir, envdPath, spec))...)
+		cmd = exec.Command("/bin/sh", rlimitArgs(spec, p.bwrapPath, args)...)
 	}
 	cmd.ExtraFiles = []*os.File{f.readyW, f.infoW, f.blockR, f.listener}
+	if f.seccomp != nil {
+		cmd.ExtraFiles = append(cmd.ExtraFiles, f.seccomp)
+	}
 	cmd.Dir = "/"
 	cmd.Env = []string{}
 	// bwrap --die-with-parent ties the sandbox to this process (see
 	// the package comment on threads).
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Credential: p.cred}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Credential: p.credFor(spec)}
 	return cmd
 }
 
@@ -344,9 +382,18 @@ func (p *Provider) sandboxCgroup(ctx context.Context, id string, spec sandboxSpe
 }
 
 // removeStaleCgroup removes sandbox id's cgroup if there is one, killing
-// whatever is left in it. The caller makes sure no daemon of the sandbox runs
-// (it holds the owner lock, or the sandbox is gone).
+// whatever is left in it, and the one its daemon.json names when that is
+// elsewhere (a server in another cgroup made it: sandbox cgroups live under
+// their server's). The caller makes sure no daemon of the sandbox runs (it
+// holds the owner lock, or the sandbox is gone).
 func (p *Provider) removeStaleCgroup(ctx context.Context, id string) error {
+	if rec, err := readRecord(filepath.Join(p.sandboxesDir, id)); err == nil {
+		if cg := rec.cgroup(id); cg != nil && cg.exists() && (p.cgroups == nil || cg.dirs[0] != p.cgroups.open(id).dirs[0]) {
+			if err := cg.remove(ctx); err != nil {
+				p.log.Warn("could not remove a sandbox cgroup an earlier server made", "id", id, "error", err)
+			}
+		}
+	}
 	if p.cgroups == nil {
 		return nil
 	}

@@ -97,7 +97,7 @@ func (p *Provider) removeTrash() {
 		trash := filepath.Join(p.sandboxesDir, trashDir)
 		entries, _ := os.ReadDir(trash)
 		for _, de := range entries {
-			_ = os.RemoveAll(filepath.Join(trash, de.Name()))
+			_ = removeSandboxDir(filepath.Join(trash, de.Name()))
 		}
 		entries, _ = os.ReadDir(p.sandboxesDir)
 		for _, de := range entries {
@@ -114,7 +114,7 @@ func (p *Provider) removeTrash() {
 			if err != nil {
 				continue
 			}
-			_ = os.RemoveAll(dir)
+			_ = removeSandboxDir(dir)
 			_ = op.Close()
 		}
 	}()

@@ -1,0 +1,284 @@
+//go:build linux
+
+package local
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/sandbox-mcp/sandbox-mcp/manage/filelock"
+)
+
+// IDRange is a range of host user and group ids: First, First+1, …,
+// First+Count-1.
+type IDRange struct {
+	First, Count int
+}
+
+// DefaultSandboxIDs is the range a root server takes one host uid (and the
+// same gid) per sandbox from. It lies above the ranges systems hand out
+// elsewhere: login users, /etc/subuid's usual blocks from 100000, and
+// systemd-nspawn's container range (524288–1879048191); and below 2^31,
+// which some tools read as a signed number.
+var DefaultSandboxIDs = IDRange{First: 0x70000000, Count: 65536}
+
+// String is "FIRST:COUNT".
+func (r IDRange) String() string { return fmt.Sprintf("%d:%d", r.First, r.Count) }
+
+// ParseIDRange parses "FIRST:COUNT".
+func ParseIDRange(s string) (IDRange, error) {
+	first, count, ok := strings.Cut(s, ":")
+	var r IDRange
+	var err1, err2 error
+	if ok {
+		r.First, err1 = strconv.Atoi(first)
+		r.Count, err2 = strconv.Atoi(count)
+	}
+	if !ok || err1 != nil || err2 != nil {
+		return IDRange{}, fmt.Errorf("id range %q: want FIRST:COUNT", s)
+	}
+	return r, r.check()
+}
+
+func (r IDRange) check() error {
+	if r.First < 1000 || r.Count < 1 || int64(r.First)+int64(r.Count) > 1<<31 {
+		return fmt.Errorf("id range %s: want a first id of at least 1000, a count of at least 1, and ids below 2^31", r)
+	}
+	return nil
+}
+
+// Every sandbox of a root server runs as its own host uid and gid (the same
+// number), so per-user kernel accounting — RLIMIT_NPROC above all, which
+// counts every process of a uid in the user namespaces it made — is not
+// shared between tenants. The ids are handed out from a range and recorded
+// twice, both files belonging to the server:
+//
+//	StateDir/hostids/UID     the claim: the id of the sandbox that has UID
+//	StateDir/sandboxes/ID/hostid   the sandbox's UID, read when it restarts
+//
+// Allocation holds StateDir/hostids/.lock (flock) across processes. An id is
+// free when nothing claims it, or its claim is stale: the sandbox it names
+// has no directory (it was killed, or its Create crashed) — and, either way,
+// no process on the host runs as it, so an id is never handed out while
+// anything of an earlier sandbox (or anyone else) still runs with it. A
+// stopped sandbox keeps its claim, so a restart does not give its id to
+// another.
+const (
+	hostIDsDir  = "hostids"
+	hostIDFile  = "hostid"
+	hostIDsLock = ".lock"
+)
+
+// hostIDs allocates per-sandbox host ids from a range.
+type hostIDs struct {
+	dir          string // StateDir/hostids
+	sandboxesDir string
+	ids          IDRange
+}
+
+// newHostIDs makes the claims directory.
+func newHostIDs(stateDir, sandboxesDir string, ids IDRange) (*hostIDs, error) {
+	dir := filepath.Join(stateDir, hostIDsDir)
+	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
+		return nil, fmt.Errorf("sandbox host ids: %w", err)
+	}
+	return &hostIDs{dir: dir, sandboxesDir: sandboxesDir, ids: ids}, nil
+}
+
+// lock takes the allocation lock.
+func (h *hostIDs) lock(ctx context.Context) (*os.File, error) {
+	f, err := filelock.Lock(ctx, filepath.Join(h.dir, hostIDsLock), unix.LOCK_EX)
+	if err != nil {
+		return nil, fmt.Errorf("sandbox host ids: %w", err)
+	}
+	return f, nil
+}
+
+// allocate claims a free id for sandbox id, whose directory (dir: final
+// or still hidden) exists, and records it there.
+func (h *hostIDs) allocate(ctx context.Context, id, dir string) (int, error) {
+	l, err := h.lock(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer func() { _ = l.Close() }()
+	return h.allocateLocked(id, dir)
+}
+
+func (h *hostIDs) allocateLocked(id, dir string) (int, error) {
+	busy := runningIDs()
+	for uid := h.ids.First; uid < h.ids.First+h.ids.Count; uid++ {
+		if busy[uid] {
+			continue
+		}
+		claim := filepath.Join(h.dir, strconv.Itoa(uid))
+		holder, err := os.ReadFile(claim)
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+		case err != nil:
+			return 0, fmt.Errorf("sandbox host ids: %w", err)
+		case !h.stale(string(holder)):
+			continue
+		}
+		if err := writeFileAtomic(claim, []byte(id), 0o600); err != nil {
+			return 0, fmt.Errorf("sandbox host ids: %w", err)
+		}
+		if err := writeFileAtomic(filepath.Join(dir, hostIDFile), []byte(strconv.Itoa(uid)+"\n"), 0o600); err != nil {
+			_ = os.Remove(claim)
+			return 0, fmt.Errorf("sandbox host ids: %w", err)
+		}
+		return uid, nil
+	}
+	return 0, fmt.Errorf("sandbox host ids: all %d ids of the range %s are in use (by sandboxes, stopped ones included, or by running processes): "+
+		"kill unused sandboxes or give a larger range (--sandbox-ids)", h.ids.Count, h.ids)
+}
+
+// stale reports whether a claim by sandbox holder is left over: no such
+// sandbox directory exists, final or being made. The hidden name is looked
+// at first, so a rename into place between the two looks is seen.
+func (h *hostIDs) stale(holder string) bool {
+	if !validID(holder) {
+		return true
+	}
+	for _, name := range []string{newDirPrefix + holder, holder} {
+		if _, err := os.Lstat(filepath.Join(h.sandboxesDir, name)); err == nil {
+			return false
+		}
+	}
+	return true
+}
+
+// ensure returns the id of the existing sandbox id in dir, for a restart: its
+// recorded one when its claim is still its own and no process runs as it;
+// otherwise (a sandbox from before per-sandbox ids, or an id someone else
+// took) a fresh one, and then changed reports that its files must be given
+// to it.
+func (h *hostIDs) ensure(ctx context.Context, id, dir string) (uid int, changed bool, err error) {
+	l, err := h.lock(ctx)
+	if err != nil {
+		return 0, false, err
+	}
+	defer func() { _ = l.Close() }()
+	if uid, ok := h.recorded(dir); ok {
+		holder, err := os.ReadFile(filepath.Join(h.dir, strconv.Itoa(uid)))
+		if err == nil && string(holder) == id && idFreed(ctx, uid) {
+			return uid, false, nil
+		}
+	}
+	uid, err = h.allocateLocked(id, dir)
+	return uid, err == nil, err
+}
+
+// stoppingGrace bounds the wait for the last processes of a stopped
+// sandbox to finish exiting: a task leaves its cgroup before it is done
+// exiting, so an emptied cgroup can still show one for a moment.
+const stoppingGrace = 2 * time.Second
+
+// idFreed reports whether no live process runs as uid, waiting up to
+// stoppingGrace for dying ones.
+func idFreed(ctx context.Context, uid int) bool {
+	grace, cancel := context.WithTimeout(ctx, stoppingGrace)
+	defer cancel()
+	return poll(grace, 100*time.Microsecond, 20*time.Millisecond, func() (bool, error) {
+		return !runningIDs()[uid], nil
+	}) == nil
+}
+
+// recorded reads the id recorded in sandbox directory dir, when it is in the
+// range.
+func (h *hostIDs) recorded(dir string) (int, bool) {
+	uid, err := strconv.Atoi(readTrim(filepath.Join(dir, hostIDFile)))
+	if err != nil || uid < h.ids.First || uid >= h.ids.First+h.ids.Count {
+		return 0, false
+	}
+	return uid, true
+}
+
+// release drops the claim of sandbox id (whose directory, maybe already
+// moved away, is dir) once its processes are gone.
+func (h *hostIDs) release(ctx context.Context, id, dir string) {
+	uid, ok := h.recorded(dir)
+	if !ok {
+		return
+	}
+	l, err := h.lock(ctx)
+	if err != nil {
+		return
+	}
+	defer func() { _ = l.Close() }()
+	claim := filepath.Join(h.dir, strconv.Itoa(uid))
+	if holder, err := os.ReadFile(claim); err == nil && string(holder) == id {
+		_ = os.Remove(claim)
+	}
+}
+
+// runningIDs are the uids and gids (real, effective, saved, filesystem) of
+// every live process on the host. Zombies are left out: they run nothing,
+// and a sandbox's exited bwrap stays one until init reaps it.
+func runningIDs() map[int]bool {
+	ids := map[int]bool{}
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return ids
+	}
+	for _, e := range entries {
+		if e.Name()[0] < '0' || e.Name()[0] > '9' {
+			continue
+		}
+		data, err := os.ReadFile(filepath.Join("/proc", e.Name(), "status"))
+		if err != nil {
+			continue
+		}
+		if strings.Contains(string(data), "\nState:\tZ") {
+			continue
+		}
+		for _, line := range strings.Split(string(data), "\n") {
+			rest, ok := strings.CutPrefix(line, "Uid:")
+			if !ok {
+				rest, ok = strings.CutPrefix(line, "Gid:")
+			}
+			if !ok {
+				continue
+			}
+			for _, f := range strings.Fields(rest) {
+				if n, err := strconv.Atoi(f); err == nil {
+					ids[n] = true
+				}
+			}
+		}
+	}
+	return ids
+}
+
+// chownTree gives every file under root (not following symlinks) to
+// uid:gid, for a sandbox whose host id changed.
+func chownTree(root string, uid, gid int) error {
+	return filepath.WalkDir(root, func(path string, _ fs.DirEntry, err error) error {
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				return nil
+			}
+			return err
+		}
+		if err := os.Lchown(path, uid, gid); err != nil && !errors.Is(err, syscall.ENOENT) {
+			return err
+		}
+		return nil
+	})
+}
+
+// sandboxCred is the credential bwrap runs as for a sandbox with host id
+// uid (uid and gid alike), with no supplementary groups.
+func sandboxCred(uid int) *syscall.Credential {
+	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(uid), Groups: []uint32{}}
+}

@@ -1,0 +1,90 @@
+//go:build linux
+
+package local
+
+import (
+	"os"
+	"path/filepath"
+	"strconv"
+	"testing"
+
+	"github.com/sandbox-mcp/sandbox-mcp/internal/testenv"
+	"github.com/sandbox-mcp/sandbox-mcp/manage"
+)
+
+// Sandboxes of a root server each get their own host id, kept across a
+// restart of the server (a stopped sandbox keeps it), released when the
+// sandbox is killed, and never handed to a second sandbox meanwhile.
+func TestPerSandboxHostIDs(t *testing.T) {
+	testenv.RequireRoot(t)
+	ids := IDRange{First: 1879100000, Count: 3}
+	stateDir := newStateDir(t)
+	p := needBwrap(t, Config{StateDir: stateDir, SandboxIDs: ids})
+	if p.hostIDs == nil || p.Capabilities().SandboxIDs != ids {
+		t.Fatalf("no per-sandbox ids: %+v", p.Capabilities())
+	}
+	idOf := func(p *Provider, id string) int {
+		t.Helper()
+		uid, ok := p.hostIDs.recorded(p.dir(id))
+		if !ok {
+			t.Fatalf("sandbox %s records no host id", id)
+		}
+		return uid
+	}
+	a, b := create(t, p, manage.SandboxConfig{}), create(t, p, manage.SandboxConfig{})
+	uidA, uidB := idOf(p, a.ID), idOf(p, b.ID)
+	if uidA == uidB {
+		t.Fatalf("sandboxes %s and %s share host id %d", a.ID, b.ID, uidA)
+	}
+	for id, uid := range map[string]int{a.ID: uidA, b.ID: uidB} {
+		shOK(t, connectTo(t, p, id), "echo x > mine")
+		fi, err := os.Stat(filepath.Join(p.dir(id), "workspace", "mine"))
+		if err != nil || ownerUID(fi) != uid {
+			t.Errorf("sandbox %s: its file belongs to %d (%v); want %d", id, ownerUID(fi), err, uid)
+		}
+	}
+
+	// A new server on the same state directory: a resumed sandbox keeps its
+	// id, and a new one gets neither of the two.
+	if err := p.Close(testCtx(t)); err != nil {
+		t.Fatal(err)
+	}
+	p2 := needBwrap(t, Config{StateDir: stateDir, SandboxIDs: ids})
+	if err := p2.Resume(testCtx(t), a.ID); err != nil {
+		t.Fatal(err)
+	}
+	if got := idOf(p2, a.ID); got != uidA {
+		t.Errorf("resumed sandbox has host id %d; want its own %d", got, uidA)
+	}
+	c := create(t, p2, manage.SandboxConfig{})
+	uidC := idOf(p2, c.ID)
+	if uidC == uidA || uidC == uidB {
+		t.Errorf("a new sandbox got host id %d, which stopped sandbox %s or running %s has", uidC, b.ID, a.ID)
+	}
+	// The range is used up (b is stopped but keeps its id).
+	if _, err := p2.Create(testCtx(t), manage.SandboxConfig{}); err == nil {
+		t.Error("Create with every id of the range taken succeeded")
+	}
+	// Killing b frees its id for the next sandbox.
+	if err := p2.Kill(testCtx(t), b.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(stateDir, hostIDsDir, strconv.Itoa(uidB))); !os.IsNotExist(err) {
+		t.Errorf("the killed sandbox's claim: %v; want it removed", err)
+	}
+	d := create(t, p2, manage.SandboxConfig{})
+	if got := idOf(p2, d.ID); got != uidB {
+		t.Errorf("after the kill a new sandbox got %d; want the freed %d", got, uidB)
+	}
+}
+
+func TestParseIDRange(t *testing.T) {
+	if r, err := ParseIDRange("200000:10"); err != nil || r != (IDRange{200000, 10}) {
+		t.Errorf("ParseIDRange(200000:10) = %v, %v", r, err)
+	}
+	for _, bad := range []string{"", "5", "0:10", "999:1", "200000:0", "2147483647:2", "a:b"} {
+		if _, err := ParseIDRange(bad); err == nil {
+			t.Errorf("ParseIDRange(%q) accepted", bad)
+		}
+	}
+}
