@@ -48,6 +48,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net/url"
+	"os"
 	"strings"
 	"sync"
 	"time"
@@ -136,6 +137,7 @@ func Open(ctx context.Context, rawURL string, opts Options) (*Store, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
+	setRedisLog.Do(func() { redis.SetLogger(redisLog{log: opts.Logger}) })
 	ropts.DialTimeout = opts.CommandTimeout
 	ropts.ReadTimeout = opts.CommandTimeout
 	ropts.WriteTimeout = opts.CommandTimeout
@@ -193,17 +195,33 @@ func (s *Store) cmdCtx(ctx context.Context) (context.Context, context.CancelFunc
 
 // fault turns a command's error into the store's: the caller's context
 // ending stays that; an error Redis answered names the command; anything
-// else means Redis could not be reached in time.
+// else means Redis could not be reached in time. The cause is not wrapped:
+// the command's own timeout must not read as the caller's context ending.
 func (s *Store) fault(ctx context.Context, what string, err error) error {
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
 	var rerr redis.Error
 	if errors.As(err, &rerr) {
-		return fmt.Errorf("redis store at %s: %s: %w", s.addr, what, err)
+		return fmt.Errorf("redis store at %s: %s: %v", s.addr, what, err)
 	}
-	return fmt.Errorf("redis store at %s unreachable: %s: %w", s.addr, what, err)
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, os.ErrDeadlineExceeded) {
+		return fmt.Errorf("redis store at %s unreachable: %s: no answer within %s", s.addr, what, s.opts.CommandTimeout)
+	}
+	return fmt.Errorf("redis store at %s unreachable: %s: %v", s.addr, what, err)
 }
+
+// redisLog routes go-redis's own log lines (dial retries and the like) to
+// slog at debug level, instead of its default of stderr.
+type redisLog struct{ log *slog.Logger }
+
+func (l redisLog) Printf(ctx context.Context, format string, v ...any) {
+	l.log.DebugContext(ctx, "redis client: "+fmt.Sprintf(format, v...))
+}
+
+// setRedisLog installs redisLog once per process (go-redis has one global
+// logger); the first store's Logger receives the lines.
+var setRedisLog sync.Once
 
 func (s *Store) recordKey(key string) string { return s.prefix + "ws:" + key }
 
