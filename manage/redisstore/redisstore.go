@@ -414,6 +414,13 @@ func (s *Store) Lock(ctx context.Context, key string) (context.Context, func(), 
 		if err != nil {
 			return nil, nil, s.fault(ctx, "taking the creation lock", err)
 		}
+		if !ok {
+			// A SET retried after its reply was lost finds its own token.
+			cctx, cancel := s.cmdCtx(ctx)
+			cur, gerr := s.rdb.Get(cctx, lk).Result()
+			cancel()
+			ok = gerr == nil && cur == token
+		}
 		if ok {
 			return s.hold(key, token, start)
 		}
