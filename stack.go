@@ -18,6 +18,7 @@ import (
 	"github.com/sandbox-mcp/sandbox-mcp/manage/boltstore"
 	"github.com/sandbox-mcp/sandbox-mcp/manage/docker"
 	"github.com/sandbox-mcp/sandbox-mcp/manage/e2b"
+	"github.com/sandbox-mcp/sandbox-mcp/manage/redisstore"
 	"github.com/sandbox-mcp/sandbox-mcp/server"
 	"github.com/sandbox-mcp/sandbox-mcp/tools"
 )
@@ -56,6 +57,8 @@ type serveOptions struct {
 	stageRoots      cmdline.KeyValues
 	artifactsDir    string
 	stateDir        string
+	store           string
+	redisPrefix     string
 	toolsets        string
 	readOnly        bool
 	memory          byteSize
@@ -90,6 +93,8 @@ func (o *serveOptions) registerSandboxFlags(fs *flag.FlagSet) {
 	fs.Var(o.stageRoots, "stage-root", "NAME=/abs/dir: a host directory stage_inputs may read as host://NAME/... (repeatable)")
 	fs.StringVar(&o.artifactsDir, "artifacts-dir", "", "host directory of the artifact store (default: STATE-DIR/artifacts)")
 	fs.StringVar(&o.stateDir, "state-dir", defaultStateDir(), "directory for sandboxes and the workspace store")
+	fs.StringVar(&o.store, "store", "", "workspace store: empty for the embedded file under --state-dir, or redis://[user:pass@]host:port/db (rediss:// for TLS, unix:///path) shared by several replicas")
+	fs.StringVar(&o.redisPrefix, "redis-key-prefix", redisstore.DefaultKeyPrefix, "prefix of every Redis key the store writes (replicas sharing workspaces use the same one)")
 	fs.StringVar(&o.toolsets, "toolsets", "all", "comma-separated toolsets to expose: exec, process, files, transfer, admin, or all")
 	fs.BoolVar(&o.readOnly, "read-only", false, "expose only tools that change nothing")
 	fs.Var(&o.memory, "memory", "memory limit per sandbox (0: the provider default)")
@@ -151,6 +156,11 @@ func (o *serveOptions) check() error {
 			return fmt.Errorf("--stage-root %s=%s: the directory must be an absolute path", name, dir)
 		}
 	}
+	if o.store != "" {
+		if _, err := redisstore.ParseURL(o.store); err != nil {
+			return fmt.Errorf("--store: %w", err)
+		}
+	}
 	if o.workspace != "" && !server.ValidWorkspaceName(o.workspace) {
 		return fmt.Errorf("--workspace %q: use 1-64 characters from A-Z a-z 0-9 . _ -, not only dots", o.workspace)
 	}
@@ -207,7 +217,7 @@ type sandboxProvider interface {
 // stack is everything a serving process runs.
 type stack struct {
 	provider sandboxProvider
-	store    *boltstore.Store
+	store    manage.Store
 	manager  *manage.Manager
 	deps     *tools.Deps
 	tools    []tools.Tool // the tools served
@@ -248,7 +258,7 @@ func (o *serveOptions) build(ctx context.Context, log *slog.Logger, cfg server.C
 		}
 	}()
 	var err error
-	if st.store, err = boltstore.Open(o.stateDir, boltstore.Options{Logger: log}); err != nil {
+	if st.store, err = o.openStore(ctx, log); err != nil {
 		return nil, err
 	}
 	o.resolveProvider(ctx, log)
@@ -316,6 +326,35 @@ func reapUnowned(ctx context.Context, p *docker.Provider, store manage.Store, lo
 	if n := len(rep.Containers) + len(rep.Volumes) + len(rep.Dirs); n > 0 {
 		log.Info("removed docker sandboxes no workspace owns", "containers", rep.Containers, "volumes", rep.Volumes, "dirs", len(rep.Dirs))
 	}
+}
+
+// openStore opens the workspace store: the embedded bolt file under
+// --state-dir, or the Redis at --store.
+func (o *serveOptions) openStore(ctx context.Context, log *slog.Logger) (manage.Store, error) {
+	if o.store == "" {
+		s, err := boltstore.Open(o.stateDir, boltstore.Options{Logger: log})
+		if err != nil {
+			return nil, err // not a typed nil in the interface
+		}
+		return s, nil
+	}
+	s, err := redisstore.Open(ctx, o.store, redisstore.Options{KeyPrefix: o.redisPrefix, RecordTTL: o.redisRecordTTL(), Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// redisRecordTTL is how long a Redis record of a paused, stopped or gone
+// sandbox lives: the paused TTL (after which the reaper kills a paused
+// sandbox) plus as much again, at least a day, so the record outlives the
+// sandbox; with no paused TTL (paused sandboxes are kept forever) records
+// never expire.
+func (o *serveOptions) redisRecordTTL() time.Duration {
+	if o.pausedTTL <= 0 {
+		return redisstore.NoExpiry
+	}
+	return o.pausedTTL + max(o.pausedTTL, 24*time.Hour)
 }
 
 // managerOptions are the Manager's options: the sandbox template (network,

@@ -265,18 +265,24 @@ func (s *Store) List(context.Context) ([]manage.Record, error) {
 // Lock implements manage.Store with an flock(2) on a per-key file, which
 // also excludes other processes using the same state directory. A wait that
 // ctx ends leaves nothing behind (see filelock).
-func (s *Store) Lock(ctx context.Context, key string) (func(), error) {
+func (s *Store) Lock(ctx context.Context, key string) (context.Context, func(), error) {
 	sum := sha256.Sum256([]byte(key))
 	path := filepath.Join(s.lockDir, hex.EncodeToString(sum[:12])+".lock")
 	f, err := filelock.Lock(ctx, path, filelock.Exclusive)
 	if err != nil {
 		if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-			return nil, err
+			return nil, nil, err
 		}
-		return nil, fmt.Errorf("lock for workspace %q: %w", key, err)
+		return nil, nil, fmt.Errorf("lock for workspace %q: %w", key, err)
 	}
+	held, release := manage.NewHeldContext()
 	var once sync.Once
-	return func() { once.Do(func() { _ = filelock.Unlock(f) }) }, nil
+	return held, func() {
+		once.Do(func() {
+			release()
+			_ = filelock.Unlock(f)
+		})
+	}, nil
 }
 
 // Close implements manage.Store. Operations after Close fail.
