@@ -62,6 +62,7 @@ type serveOptions struct {
 	pids           int64
 	dockerImage    string
 	dockerHost     string
+	resultFormat   string
 }
 
 // registerSandboxFlags adds the flags that shape sandboxes and tools; the
@@ -91,6 +92,7 @@ func (o *serveOptions) registerSandboxFlags(fs *flag.FlagSet) {
 	fs.Float64Var(&o.cpus, "cpus", 0, "CPU limit per sandbox in cores (0: the provider default)")
 	fs.Int64Var(&o.pids, "pids", 0, "process limit per sandbox (0: the provider default)")
 	fs.StringVar(&o.dockerImage, "docker-image", docker.DefaultImage, "docker: the image sandboxes run (must be on the engine: it is never pulled)")
+	fs.StringVar(&o.resultFormat, "result-format", string(tools.ResultText), "text content of tool results: text (written for the model) or json (the output's JSON, for clients that parse the text)")
 	fs.StringVar(&o.dockerHost, "docker-host", "", "docker: the engine's address (default: $DOCKER_HOST, else "+docker.DefaultHost+")")
 }
 
@@ -107,6 +109,7 @@ func (o *serveOptions) toolsConfig() tools.Config {
 	cfg.Network = o.network
 	cfg.Toolsets = strings.Split(o.toolsets, ",")
 	cfg.ReadOnly = o.readOnly
+	cfg.ResultFormat, _ = tools.ParseResultFormat(o.resultFormat) // check refused a bad one
 	return cfg
 }
 
@@ -127,6 +130,9 @@ func (o *serveOptions) check() error {
 	}
 	if o.defaultTimeout <= 0 || o.maxTimeout <= 0 {
 		return errors.New("--default-timeout and --max-timeout must be positive")
+	}
+	if _, err := tools.ParseResultFormat(o.resultFormat); err != nil {
+		return fmt.Errorf("--result-format: %w", err)
 	}
 	if o.outputLimit < 256 {
 		return fmt.Errorf("--output-limit %s is too small (at least 256 bytes)", o.outputLimit.String())

@@ -1,6 +1,7 @@
 package tools
 
 import (
+	"fmt"
 	"log/slog"
 	"sync"
 	"time"
@@ -48,6 +49,29 @@ type Config struct {
 	// InputWait bounds how long process_input waits for a process that does
 	// not read its input. Default 30 seconds.
 	InputWait time.Duration
+	// ResultFormat is how a result's text content is written: ResultText
+	// (the default) renders it for the model to read, ResultJSON sends the
+	// output's JSON, for clients that parse the text.
+	ResultFormat ResultFormat
+}
+
+// ResultFormat is the form of a result's text content.
+type ResultFormat string
+
+// The result formats: text for the model (the zero value means it too), or
+// the output's JSON.
+const (
+	ResultText ResultFormat = "text"
+	ResultJSON ResultFormat = "json"
+)
+
+// ParseResultFormat returns the format named s: "text" or "json".
+func ParseResultFormat(s string) (ResultFormat, error) {
+	switch f := ResultFormat(s); f {
+	case ResultText, ResultJSON:
+		return f, nil
+	}
+	return "", fmt.Errorf("result format %q: want text or json", s)
 }
 
 // DefaultConfig returns the usual limits: commands time out after 60

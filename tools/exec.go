@@ -71,6 +71,7 @@ type execOutput struct {
 	Process          string      `json:"process,omitempty" jsonschema_description:"Background only: the process handle (g<generation>-p<pid>) for process_output, process_input, process_signal."`
 	Pid              uint32      `json:"pid,omitempty" jsonschema_description:"Background only: the process id inside the sandbox."`
 	TimeoutSec       int64       `json:"timeout_sec,omitempty" jsonschema_description:"The timeout in effect, in seconds, after clamping (absent for a background process without a deadline)."`
+	Cwd              string      `json:"cwd,omitempty" jsonschema_description:"The shell's working directory when the command ended (where it started, for argv, a background process or a command killed before it finished), relative to the workspace root (. for the root). The next command starts there."`
 	TimeoutClamped   bool        `json:"timeout_clamped" jsonschema_description:"True when the timeout_sec asked for was above the server's ceiling and was lowered to it."`
 }
 

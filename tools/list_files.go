@@ -37,10 +37,11 @@ func (listFilesInput) JSONSchemaExtend(s *jsonschema.Schema) {
 
 type listFilesOutput struct {
 	Meta
-	Path      string      `json:"path" jsonschema_description:"The directory listed, relative to the workspace."`
-	Entries   []fileEntry `json:"entries" jsonschema_description:"Entries in depth-first order, names sorted within a directory."`
-	Total     int         `json:"total" jsonschema_description:"Entries that matched (before max_entries cut the list)."`
-	Truncated bool        `json:"truncated" jsonschema_description:"True when max_entries cut the list; narrow it with path, depth or glob."`
+	Path       string      `json:"path" jsonschema_description:"The directory listed, relative to the workspace."`
+	Entries    []fileEntry `json:"entries" jsonschema_description:"Entries in depth-first order, names sorted within a directory."`
+	Total      int         `json:"total" jsonschema_description:"Entries that matched (before max_entries cut the list)."`
+	Truncated  bool        `json:"truncated" jsonschema_description:"True when max_entries or the result's byte cap cut the list; continue with next_offset, or narrow it with path, depth or glob."`
+	NextOffset int         `json:"next_offset,omitempty" jsonschema_description:"When truncated: the offset that lists the entries after these."`
 }
 
 type fileEntry struct {

@@ -48,6 +48,7 @@ type readFileEntry struct {
 	Lines       int64  `json:"lines,omitempty" jsonschema_description:"In line mode: the number of lines returned (the last may be partial when a byte cap cut it)."`
 	NextLine    int64  `json:"next_line,omitempty" jsonschema_description:"In line mode: the start_line that continues after this read (set when more lines follow)."`
 	InvalidUTF8 bool   `json:"invalid_utf8_replaced,omitempty" jsonschema_description:"True when encoding text replaced bytes that are not UTF-8 with U+FFFD; read with base64 for the exact bytes."`
+	LineNumbers bool   `json:"line_numbers,omitempty" jsonschema_description:"True when the content block shows each line prefixed by its number and a tab (line_numbers was asked); content and the file keep the bare bytes."`
 	Note        string `json:"note,omitempty" jsonschema_description:"Why less than asked was returned, when a cap or the end of the file explains it."`
 	Error       string `json:"error,omitempty" jsonschema_description:"Why this file could not be read (other files are still returned)."`
 
