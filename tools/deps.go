@@ -104,6 +104,7 @@ type Deps struct {
 	runs  runCounter
 	procs processRegistry
 	shell shellCache
+	dirs  shellDirs
 }
 
 // NewDeps returns Deps with defaults filled in for zero Config fields.
@@ -133,13 +134,14 @@ func orDefault[T int | int64 | time.Duration](v *T, def T) {
 }
 
 // EndSession forgets what the tools keep in memory for workspace key: its
-// background processes and its run counter. The server calls it when it
+// background processes, its run counter and its shell's directory. The server calls it when it
 // applies the end-of-session policy (Manager.EndSession) to key. A named
 // workspace used again later re-finds its processes in the sandbox, as
 // after a server restart.
 func (d *Deps) EndSession(key string) {
 	d.procs.drop(key)
 	d.runs.drop(key)
+	d.dirs.drop(key)
 }
 
 // runCounter numbers runs per workspace key.
