@@ -330,7 +330,7 @@ func TestWorkspaceExecLargeOutput(t *testing.T) {
 	if len(head)+len(tail) != limit || !strings.HasPrefix(head, "abc\nabc\n") || !strings.HasSuffix(tail, "abc\nabc\n") {
 		t.Fatalf("inline: head %d tail %d bytes", len(head), len(tail))
 	}
-	if !hasNotice(out.Notices, "stdout was 10 485 760 bytes; showing the first 16 384 and the last 16 384 bytes; read the rest with read_files on "+logRel) {
+	if !hasNotice(out.Notices, "stdout was 10 485 760 bytes; showing the first 16 384 and the last 16 384 bytes; read the cut part with read_files on "+logRel+" from offset 16384 (or its end with tail)") {
 		t.Fatalf("notices: %q", out.Notices)
 	}
 	if out.FullOutput == nil || out.FullOutput.Stdout != logRel {

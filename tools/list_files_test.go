@@ -4,6 +4,7 @@ package tools
 
 import (
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -119,5 +120,26 @@ func TestListDepth(t *testing.T) {
 		if got := listDepth(tc.depth, g); got != tc.want {
 			t.Errorf("listDepth(%d, %q) = %d, want %d", tc.depth, tc.glob, got, tc.want)
 		}
+	}
+}
+
+// TestListFilesByteCap: a listing larger than the byte cap is cut with a
+// next_offset, and reading on from it lists the rest.
+func TestListFilesByteCap(t *testing.T) {
+	h := newHarness(t, harnessOptions{})
+	name := strings.Repeat("n", 200)
+	h.sbRun("sh", "-c", `cd "$1" && for i in $(seq 1 400); do : > "$2$i"; done`, "sh", h.sbPath("."), name)
+	out, res := okAs[listFilesOutput](h, "list_files", map[string]any{"depth": 1})
+	if !out.Truncated || out.NextOffset == 0 || out.NextOffset != len(out.Entries) || len(out.Entries) >= 400 {
+		t.Fatalf("not cut: %d entries, truncated %v, next %d", len(out.Entries), out.Truncated, out.NextOffset)
+	}
+	mustContain(t, resultText(res), "more: offset", "continue with offset")
+	seen := len(out.Entries)
+	for out.Truncated {
+		out, _ = okAs[listFilesOutput](h, "list_files", map[string]any{"depth": 1, "offset": out.NextOffset})
+		seen += len(out.Entries)
+	}
+	if seen != out.Total {
+		t.Fatalf("saw %d of %d entries", seen, out.Total)
 	}
 }

@@ -331,7 +331,8 @@ func TestReadFilesMessageLimit(t *testing.T) {
 				if calls > 64 {
 					t.Fatalf("%s (%s): no end after %d calls", name, encoding, calls)
 				}
-				args := jsonText(t, map[string]any{"paths": []string{name}, "offset": offset, "encoding": encoding})
+				// An explicit limit: exact bytes, no default line budget.
+				args := jsonText(t, map[string]any{"paths": []string{name}, "offset": offset, "encoding": encoding, "limit": 4 << 20})
 				res, err := read.Handler(ctx, rawCallRequest("read_files", args))
 				if err != nil || res.IsError {
 					t.Fatalf("%s: %v %s", name, err, resultText(res))
