@@ -201,7 +201,7 @@ func (f *readFileEntry) continuation() string {
 }
 
 // ModelText renders list_files' result: a header, then one entry a line:
-// directories end in /, files show their size (and mode when executable),
+// directories end in /, files show their size in bytes (and mode when executable),
 // symlinks their target.
 func (o *listFilesOutput) ModelText() string {
 	var b strings.Builder
@@ -228,7 +228,7 @@ func (e fileEntry) modelLine() string {
 	case "symlink":
 		return e.Path + " -> " + e.SymlinkTarget
 	case "file":
-		s := e.Path + "  " + groupDigits(e.Size)
+		s := e.Path + "  " + strconv.FormatInt(e.Size, 10)
 		if m, err := strconv.ParseUint(e.Mode, 8, 32); err == nil && m&0o111 != 0 {
 			s += "  " + e.Mode
 		}
