@@ -285,7 +285,9 @@ for (const t of transports) {
       let calls = 0
       let read = 0
       for (;;) {
-        const r = await client.callTool({ name: 'read_files', arguments: { paths: ['big.txt'], offset } }, undefined, long)
+        // An explicit limit reads exact bytes, past the default budget of
+        // 2000 lines or 256 KiB a file.
+        const r = await client.callTool({ name: 'read_files', arguments: { paths: ['big.txt'], offset, limit: bigFileBytes } }, undefined, long)
         calls++
         assert.notEqual(r.isError, true, JSON.stringify(r).slice(0, 2000))
         const f = r.structuredContent.files[0]
