@@ -60,6 +60,7 @@ type serveOptions struct {
 	store           string
 	redisPrefix     string
 	toolsets        string
+	resultFormat    string
 	readOnly        bool
 	memory          byteSize
 	cpus            float64
@@ -102,6 +103,7 @@ func (o *serveOptions) registerSandboxFlags(fs *flag.FlagSet) {
 	fs.Int64Var(&o.pids, "pids", 0, "process limit per sandbox (0: the provider default)")
 	fs.StringVar(&o.sandboxIDs, "sandbox-ids", "", "local, root server: FIRST:COUNT, the host uid/gid range sandboxes get one id each from (default 1879048192:65536)")
 	fs.StringVar(&o.dockerImage, "docker-image", docker.DefaultImage, "docker: the image sandboxes run (must be on the engine: it is never pulled)")
+	fs.StringVar(&o.resultFormat, "result-format", string(tools.ResultText), "text content of tool results: text (written for the model) or json (the output's JSON, for clients that parse the text)")
 	fs.StringVar(&o.dockerHost, "docker-host", "", "docker: the engine's address (default: $DOCKER_HOST, else the platform's usual socket: "+strings.Join(docker.CandidateHosts(runtime.GOOS, "~"), ", ")+")")
 	fs.StringVar(&o.dockerTransport, "docker-transport", "auto", "docker: how the server reaches envd in a container: socket (a unix socket; Linux), tcp (a port on 127.0.0.1 with a per-container token; what Docker Desktop needs), or auto (socket on Linux, tcp elsewhere)")
 	fs.Var(&o.disk, "disk", "disk limit per sandbox. local (root server, bwrap): a loop-mounted ext4 image holding the workspace, /tmp and run logs (0: 10GiB). docker: where the engine's storage driver can enforce one (overlay2 on xfs with pquota, btrfs, zfs), else the sandbox says it is not enforced (0: none)")
@@ -121,6 +123,7 @@ func (o *serveOptions) toolsConfig() tools.Config {
 	cfg.Network = o.network
 	cfg.Toolsets = strings.Split(o.toolsets, ",")
 	cfg.ReadOnly = o.readOnly
+	cfg.ResultFormat, _ = tools.ParseResultFormat(o.resultFormat) // check refused a bad one
 	return cfg
 }
 
@@ -147,6 +150,9 @@ func (o *serveOptions) check() error {
 	}
 	if o.defaultTimeout <= 0 || o.maxTimeout <= 0 {
 		return errors.New("--default-timeout and --max-timeout must be positive")
+	}
+	if _, err := tools.ParseResultFormat(o.resultFormat); err != nil {
+		return fmt.Errorf("--result-format: %w", err)
 	}
 	if o.outputLimit < 256 {
 		return fmt.Errorf("--output-limit %s is too small (at least 256 bytes)", o.outputLimit.String())
