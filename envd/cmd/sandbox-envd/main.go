@@ -7,6 +7,10 @@
 // it.
 //
 //	sandbox-envd [envd] --listen ADDR --root DIR [flags]
+//	sandbox-envd search --root DIR --pattern RE [flags]
+//
+// The search mode (package envd/search) is what the search_files tool runs
+// inside a sandbox.
 package main
 
 import (
@@ -16,11 +20,17 @@ import (
 	"syscall"
 
 	"github.com/sandbox-mcp/sandbox-mcp/envd/daemon"
+	"github.com/sandbox-mcp/sandbox-mcp/envd/search"
 )
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := daemon.Main(ctx, os.Args[1:], os.Stderr)
+	var code int
+	if len(os.Args) > 1 && os.Args[1] == search.Command {
+		code = search.Main(ctx, os.Args[2:], os.Stdout, os.Stderr)
+	} else {
+		code = daemon.Main(ctx, os.Args[1:], os.Stderr)
+	}
 	stop()
 	os.Exit(code)
 }
