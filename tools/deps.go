@@ -80,6 +80,8 @@ type Deps struct {
 	runs  runCounter
 	procs processRegistry
 	shell shellCache
+	// helpers remembers where each sandbox's search helper is.
+	helpers helperCache
 }
 
 // NewDeps returns Deps with defaults filled in for zero Config fields.

@@ -157,6 +157,10 @@ type searcher struct {
 	pending   *Record  // a match still collecting after-context
 	afterNeed int      // lines of after-context still wanted
 	afterFrom int      // where in the chunk the next after-context line starts
+	// startsMid and endsMid say the chunk begins or ends inside a line
+	// longer than maxChunkBytes, which is matched piece by piece (a match
+	// that spans two pieces is not seen).
+	startsMid, endsMid bool
 }
 
 // Run searches as opts says, writing records to w. It returns an error only
@@ -367,6 +371,7 @@ func (s *searcher) file(d *os.Root, name, rel string) error {
 	}
 	s.sum.FilesScanned++
 	s.rel, s.matched, s.lineNo, s.tail, s.pending, s.afterNeed = rel, false, 1, s.tail[:0], nil, 0
+	s.startsMid, s.endsMid = false, false
 	err = s.scan(f)
 	if perr := s.flushPending(); perr != nil && err == nil {
 		err = perr
@@ -417,9 +422,11 @@ func (s *searcher) scan(f *os.File) error {
 			}
 			// else: a line longer than maxChunkBytes is matched in pieces.
 		}
+		s.endsMid = !eof && buf[end-1] != '\n'
 		if err := s.chunk(buf[:end]); err != nil {
 			return err
 		}
+		s.startsMid = s.endsMid
 		if eof {
 			return nil
 		}
@@ -495,6 +502,7 @@ func (s *searcher) match(data []byte, ls, le int, line int64, loc []int) error {
 		return s.stop("max_matches")
 	}
 	text, cut := s.cutLine(data[ls:le], loc[0])
+	cut = cut || ls == 0 && s.startsMid || le == len(data) && s.endsMid
 	r := &Record{Type: "match", Path: s.rel, Line: line, Text: text, Cut: cut}
 	size := int64(len(text))
 	if c := s.opts.Context; c > 0 {
