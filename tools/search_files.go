@@ -123,7 +123,7 @@ func runSearchFiles(ctx context.Context, c *Call, in *searchFilesInput) (*search
 	case res.entry.Type != envdclient.TypeDir:
 		return nil, inputErr("path", "%s is not a directory; give a directory to search (narrow to one file with glob)", shown)
 	}
-	args := []string{search.Command, "--root", r.root, "--dir", relPath(r.root, res.real), "--pattern", in.Pattern,
+	args := []string{"envd", search.Command, "--root", r.root, "--dir", relPath(r.root, res.real), "--pattern", in.Pattern,
 		"--context", strconv.Itoa(in.ContextLines), "--max-matches", strconv.Itoa(maxResults),
 		"--max-bytes", strconv.Itoa(searchBytes), "--max-files", strconv.Itoa(searchMaxFiles), "--timeout", searchTimeout.String()}
 	if in.Literal {

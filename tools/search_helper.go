@@ -19,8 +19,9 @@ import (
 	"github.com/sandbox-mcp/sandbox-mcp/manage"
 )
 
-// leanEnvdPath is where the local and docker providers put the lean envd
-// inside a sandbox; its search mode is the search helper.
+// leanEnvdPath is where the local (under bwrap) and docker providers put
+// their envd inside a sandbox: the lean envd, or a sandbox-mcp binary. Its
+// `envd search` mode, which both binaries have, is the search helper.
 const leanEnvdPath = "/.sandbox-mcp/envd"
 
 // helperDir is the workspace directory the search helper is uploaded to in
