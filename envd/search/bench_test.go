@@ -16,12 +16,24 @@ var (
 	benchRoot string
 )
 
-// benchTree generates, once per run, 50,000 small source-like files in 500
-// directories, one in 100 containing the needle.
+// benchTreeDir is where benchTree keeps its tree between runs (it is
+// deterministic and costs seconds to write); benchTreeDone marks it whole.
+const (
+	benchTreeDir  = "sandbox-mcp-search-bench-50k"
+	benchTreeDone = ".complete"
+)
+
+// benchTree returns a tree of 50,000 small source-like files in 500
+// directories, one in 100 containing the needle, written once into the
+// temporary directory and reused by later runs.
 func benchTree(b *testing.B) string {
 	benchOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "search-bench-")
-		if err != nil {
+		dir := filepath.Join(os.TempDir(), benchTreeDir)
+		if _, err := os.Stat(filepath.Join(dir, benchTreeDone)); err == nil {
+			benchRoot = dir
+			return
+		}
+		if err := os.RemoveAll(dir); err != nil {
 			b.Fatal(err)
 		}
 		body := []byte{}
@@ -43,8 +55,15 @@ func benchTree(b *testing.B) string {
 				}
 			}
 		}
+		// The marker is empty: both searches read it and find nothing.
+		if err := os.WriteFile(filepath.Join(dir, benchTreeDone), nil, 0o644); err != nil {
+			b.Fatal(err)
+		}
 		benchRoot = dir
 	})
+	if benchRoot == "" {
+		b.FailNow()
+	}
 	return benchRoot
 }
 

@@ -10,11 +10,15 @@
 // out), symlinks are never followed, and only regular files are opened.
 // Directories named .git or .sandbox-mcp are skipped, as are binary files
 // (a NUL byte in their first 8 KiB).
+//
+// One goroutine walks the tree in name order while GOMAXPROCS workers scan
+// its files; the results are written in walk order, and the bounds are
+// applied in that order too, so the output does not depend on timing
+// (short of the timeout).
 package search
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -24,11 +28,12 @@ import (
 	"os"
 	"path"
 	"regexp"
+	"runtime"
 	"slices"
 	"strings"
-	"syscall"
+	"sync"
+	"sync/atomic"
 	"time"
-	"unicode/utf8"
 )
 
 // ProtocolVersion is the version of the JSON-lines protocol, sent in the
@@ -121,46 +126,49 @@ type Summary struct {
 // CompilePattern compiles a search pattern as Run does: multi-line mode
 // (^ and $ at line ends), case folding when asked, quoted when literal.
 func CompilePattern(pattern string, literal, ignoreCase bool) (*regexp.Regexp, error) {
+	return regexp.Compile(patternSource(pattern, literal, ignoreCase))
+}
+
+// patternSource is the regular expression CompilePattern compiles.
+func patternSource(pattern string, literal, ignoreCase bool) string {
 	p := pattern
 	if literal {
 		p = regexp.QuoteMeta(p)
 	}
-	flags := "(?m)"
 	if ignoreCase {
-		flags = "(?mi)"
+		return "(?mi)" + p
 	}
-	return regexp.Compile(flags + p)
+	return "(?m)" + p
 }
 
-// errStop ends the walk once a bound is reached.
-var errStop = errors.New("search: bound reached")
+// job is one entry of the walk, in walk order: a file for a worker to
+// scan, or a directory error already in res.
+type job struct {
+	dir       *dirRef
+	name, rel string
+	res       chan *fileResult // capacity 1
+}
 
-type searcher struct {
-	opts    Options
-	re      *regexp.Regexp
-	lit     []byte // the pattern when it is a case-sensitive literal
-	include []glob
-	exclude []glob
-	out     *bufio.Writer
-	enc     *json.Encoder
-	sum     Summary
-	bytes   int64
-	ctx     context.Context
-	buf     []byte
-	skipTop bool // Root is "/": leave /proc, /sys and /dev alone
+// dirRef is an open directory shared by the walk and the workers scanning
+// its files; the last to let go closes it.
+type dirRef struct {
+	root *os.Root
+	dir  *os.File // the directory open for reading, and its descriptor
+	fd   int
+	refs atomic.Int32
+	keep bool // root is owned by Run, not closed here
+}
 
-	// per file
-	rel       string
-	matched   bool
-	lineNo    int64    // line number of the first byte of the chunk
-	tail      []string // the last Context lines before the chunk
-	pending   *Record  // a match still collecting after-context
-	afterNeed int      // lines of after-context still wanted
-	afterFrom int      // where in the chunk the next after-context line starts
-	// startsMid and endsMid say the chunk begins or ends inside a line
-	// longer than maxChunkBytes, which is matched piece by piece (a match
-	// that spans two pieces is not seen).
-	startsMid, endsMid bool
+func (d *dirRef) release() {
+	if d.refs.Add(-1) != 0 {
+		return
+	}
+	if d.dir != nil {
+		d.dir.Close()
+	}
+	if !d.keep {
+		d.root.Close()
+	}
 }
 
 // Run searches as opts says, writing records to w. It returns an error only
@@ -187,29 +195,22 @@ func Run(ctx context.Context, opts Options, w io.Writer) error {
 	if opts.Pattern == "" {
 		return errors.New("search: the pattern is empty")
 	}
-	re, err := CompilePattern(opts.Pattern, opts.Literal, opts.IgnoreCase)
+	m, err := newMatcher(opts.Pattern, opts.Literal, opts.IgnoreCase)
 	if err != nil {
 		return fmt.Errorf("search: %w", err)
 	}
-	s := &searcher{opts: opts, re: re, out: bufio.NewWriterSize(w, 64<<10), buf: make([]byte, chunkBytes)}
-	if opts.Literal && !opts.IgnoreCase {
-		s.lit = []byte(opts.Pattern)
-	}
-	for _, g := range opts.Include {
-		s.include = append(s.include, compileGlob(g))
-	}
-	for _, g := range opts.Exclude {
-		s.exclude = append(s.exclude, compileGlob(g))
-	}
-	s.enc = json.NewEncoder(s.out)
-	s.enc.SetEscapeHTML(false)
 	if !path.IsAbs(opts.Root) {
 		return fmt.Errorf("search: root %q is not absolute", opts.Root)
 	}
-	s.skipTop = path.Clean(opts.Root) == "/"
+	wk := &walker{opts: &opts, skipTop: path.Clean(opts.Root) == "/"}
+	for _, g := range opts.Include {
+		wk.include = append(wk.include, compileGlob(g))
+	}
+	for _, g := range opts.Exclude {
+		wk.exclude = append(wk.exclude, compileGlob(g))
+	}
 	dir := path.Clean("/" + opts.Dir)[1:] // "" for the root; never above it
-	var cancel context.CancelFunc
-	s.ctx, cancel = context.WithTimeout(ctx, opts.Timeout)
+	ctx, cancel := context.WithTimeout(ctx, opts.Timeout)
 	defer cancel()
 	started := time.Now()
 
@@ -225,44 +226,57 @@ func Run(ctx context.Context, opts Options, w io.Writer) error {
 		}
 		defer start.Close()
 	}
-	if err := s.emit(&Record{Type: "start", Version: ProtocolVersion}); err != nil {
+	e := &emitter{opts: &opts, out: bufio.NewWriterSize(w, 64<<10)}
+	e.enc = json.NewEncoder(e.out)
+	e.enc.SetEscapeHTML(false)
+	if err := e.enc.Encode(&Record{Type: "start", Version: ProtocolVersion}); err != nil {
 		return err
 	}
-	err = s.walk(start, dir)
-	if err != nil && !errors.Is(err, errStop) {
+
+	workers := max(1, runtime.GOMAXPROCS(0))
+	jobs := make(chan *job, 4*workers)
+	order := make(chan *job, 8*workers)
+	quit := make(chan struct{})
+	wk.ctx, wk.jobs, wk.order, wk.quit = ctx, jobs, order, quit
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sc := newScanner(m, &opts, ctx, quit)
+			for j := range jobs {
+				j.res <- sc.file(j)
+				j.dir.release()
+			}
+		}()
+	}
+	var walkReason string
+	go func() {
+		defer close(order)
+		defer close(jobs)
+		top := &dirRef{root: start, keep: true}
+		top.refs.Store(1)
+		walkReason = wk.walk(top, dir)
+		top.release()
+	}()
+
+	err = e.consume(order)
+	close(quit)
+	for range order {
+		// Let the walk see quit and end.
+	}
+	wg.Wait()
+	if err != nil {
 		return err
 	}
-	s.sum.ElapsedMS = time.Since(started).Milliseconds()
-	if err := s.emit(&Record{Type: "done", Summary: &s.sum}); err != nil {
+	if !e.sum.Truncated && walkReason != "" {
+		e.sum.Truncated, e.sum.Reason = true, walkReason
+	}
+	e.sum.ElapsedMS = time.Since(started).Milliseconds()
+	if err := e.enc.Encode(&Record{Type: "done", Summary: &e.sum}); err != nil {
 		return err
 	}
-	return s.out.Flush()
-}
-
-func (s *searcher) emit(r *Record) error { return s.enc.Encode(r) }
-
-// stop records why the search ends early.
-func (s *searcher) stop(reason string) error {
-	if !s.sum.Truncated {
-		s.sum.Truncated, s.sum.Reason = true, reason
-	}
-	return errStop
-}
-
-// check reports a bound that ends the search before the next file.
-func (s *searcher) check() error {
-	if s.ctx.Err() != nil {
-		return s.stop("timeout")
-	}
-	if s.sum.FilesScanned >= s.opts.MaxFiles {
-		return s.stop("max_files")
-	}
-	return nil
-}
-
-func (s *searcher) fail(rel string, err error) error {
-	s.sum.Errors++
-	return s.emit(&Record{Type: "error", Path: rel, Error: unwrapPath(err).Error()})
+	return e.out.Flush()
 }
 
 // unwrapPath drops the absolute path an *fs.PathError carries.
@@ -274,21 +288,72 @@ func unwrapPath(err error) error {
 	return err
 }
 
-// walk searches the directory dir (open as d), whose Root-relative path is
-// rel, depth first. Entries are read in batches, so memory stays bounded
-// whatever a directory holds; each batch is taken in name order.
-func (s *searcher) walk(d *os.Root, rel string) error {
-	f, err := d.Open(".")
-	if err != nil {
-		return s.fail(rel, err)
+// walker walks the tree depth first and hands its entries on in order.
+type walker struct {
+	opts             *Options
+	include, exclude []glob
+	skipTop          bool // Root is "/": leave /proc, /sys and /dev alone
+	ctx              context.Context
+	jobs, order      chan *job
+	quit             chan struct{}
+	files            int64 // files handed to the workers
+}
+
+// errQuit says the consumer has stopped reading.
+var errQuit = errors.New("search: stopped")
+
+// send puts j in the output order and, when it is a file, in the workers'
+// queue.
+func (wk *walker) send(j *job, file bool) error {
+	select {
+	case wk.order <- j:
+	case <-wk.quit:
+		return errQuit
 	}
-	defer f.Close()
+	if !file {
+		return nil
+	}
+	j.dir.refs.Add(1)
+	select {
+	case wk.jobs <- j:
+		return nil
+	case <-wk.quit:
+		j.dir.release()
+		return errQuit
+	}
+}
+
+// fail hands on an error record for rel in walk order.
+func (wk *walker) fail(rel string, err error) error {
+	j := &job{rel: rel, res: make(chan *fileResult, 1)}
+	j.res <- &fileResult{rel: rel, err: unwrapPath(err)}
+	return wk.send(j, false)
+}
+
+// walk walks the directory d, whose Root-relative path is rel, and returns
+// the bound that ended the walk early ("timeout", "max_files"), if any.
+func (wk *walker) walk(d *dirRef, rel string) string {
+	reason, _ := wk.walkDir(d, rel)
+	return reason
+}
+
+// walkDir reads d in batches, so memory stays bounded whatever a directory
+// holds, each batch taken in name order.
+func (wk *walker) walkDir(d *dirRef, rel string) (string, error) {
+	f, err := d.root.Open(".")
+	if err != nil {
+		return "", wk.fail(rel, err)
+	}
+	d.dir, d.fd = f, dirFD(f) // closed with d
 	for {
 		ents, rerr := f.ReadDir(dirBatch)
 		slices.SortFunc(ents, func(a, b fs.DirEntry) int { return strings.Compare(a.Name(), b.Name()) })
 		for _, e := range ents {
-			if err := s.check(); err != nil {
-				return err
+			if wk.ctx.Err() != nil {
+				return "timeout", nil
+			}
+			if wk.files >= wk.opts.MaxFiles {
+				return "max_files", nil
 			}
 			name := e.Name()
 			child := name
@@ -297,44 +362,47 @@ func (s *searcher) walk(d *os.Root, rel string) error {
 			}
 			switch t := e.Type(); {
 			case t.IsDir():
-				if name == ".git" || name == ".sandbox-mcp" || s.excluded(child) {
+				if name == ".git" || name == ".sandbox-mcp" || wk.excluded(child) {
 					continue
 				}
-				if s.skipTop && rel == "" && (name == "proc" || name == "sys" || name == "dev") {
+				if wk.skipTop && rel == "" && (name == "proc" || name == "sys" || name == "dev") {
 					continue
 				}
-				sub, err := d.OpenRoot(name)
+				sub, err := d.root.OpenRoot(name)
 				if err != nil {
-					if err := s.fail(child, err); err != nil {
-						return err
+					if err := wk.fail(child, err); err != nil {
+						return "", err
 					}
 					continue
 				}
-				err = s.walk(sub, child)
-				sub.Close()
-				if err != nil {
-					return err
+				sd := &dirRef{root: sub}
+				sd.refs.Store(1)
+				reason, err := wk.walkDir(sd, child)
+				sd.release()
+				if reason != "" || err != nil {
+					return reason, err
 				}
 			case t.IsRegular():
-				if s.excluded(child) || !s.included(child) {
+				if wk.excluded(child) || !wk.included(child) {
 					continue
 				}
-				if err := s.file(d, name, child); err != nil {
-					return err
+				wk.files++
+				if err := wk.send(&job{dir: d, name: name, rel: child, res: make(chan *fileResult, 1)}, true); err != nil {
+					return "", err
 				}
 			}
 		}
 		if rerr == io.EOF || len(ents) == 0 {
-			return nil
+			return "", nil
 		}
 		if rerr != nil {
-			return s.fail(rel, rerr)
+			return "", wk.fail(rel, rerr)
 		}
 	}
 }
 
-func (s *searcher) excluded(rel string) bool {
-	for _, g := range s.exclude {
+func (wk *walker) excluded(rel string) bool {
+	for _, g := range wk.exclude {
 		if g.match(rel) {
 			return true
 		}
@@ -342,11 +410,11 @@ func (s *searcher) excluded(rel string) bool {
 	return false
 }
 
-func (s *searcher) included(rel string) bool {
-	if len(s.include) == 0 {
+func (wk *walker) included(rel string) bool {
+	if len(wk.include) == 0 {
 		return true
 	}
-	for _, g := range s.include {
+	for _, g := range wk.include {
 		if g.match(rel) {
 			return true
 		}
@@ -354,270 +422,86 @@ func (s *searcher) included(rel string) bool {
 	return false
 }
 
-// file searches one regular file. O_NONBLOCK keeps a file swapped for a
-// FIFO from blocking the open; the fstat after it refuses anything but a
-// regular file.
-func (s *searcher) file(d *os.Root, name, rel string) error {
-	f, err := d.OpenFile(name, os.O_RDONLY|syscall.O_NONBLOCK|syscall.O_NOFOLLOW, 0)
-	if err != nil {
-		if errors.Is(err, syscall.ELOOP) {
-			return nil // a symlink swapped in: not followed
-		}
-		return s.fail(rel, err)
-	}
-	defer f.Close()
-	if st, err := f.Stat(); err != nil || !st.Mode().IsRegular() {
-		return nil
-	}
-	s.sum.FilesScanned++
-	s.rel, s.matched, s.lineNo, s.tail, s.pending, s.afterNeed = rel, false, 1, s.tail[:0], nil, 0
-	s.startsMid, s.endsMid = false, false
-	err = s.scan(f)
-	if perr := s.flushPending(); perr != nil && err == nil {
-		err = perr
-	}
-	if s.matched {
-		s.sum.FilesMatched++
-	}
-	if err != nil && !errors.Is(err, errStop) && !errors.Is(err, errBinary) {
-		return s.fail(rel, err)
-	}
-	if errors.Is(err, errBinary) {
-		s.sum.BinarySkipped++
-		return nil
-	}
-	return err
+// emitter writes the results in walk order and applies the bounds on
+// matches and bytes.
+type emitter struct {
+	opts  *Options
+	out   *bufio.Writer
+	enc   *json.Encoder
+	sum   Summary
+	bytes int64
+	line  []byte // the record being built
 }
 
-var errBinary = errors.New("binary")
-
-// scan reads f in chunks of whole lines and matches each chunk.
-func (s *searcher) scan(f *os.File) error {
-	buf := s.buf
-	have := 0
-	first := true
-	for {
-		n, err := io.ReadFull(f, buf[have:])
-		have += n
-		eof := err == io.EOF || err == io.ErrUnexpectedEOF
-		if err != nil && !eof {
+// consume writes the results of the jobs in order until they end or a
+// bound is reached.
+func (e *emitter) consume(order <-chan *job) error {
+	for j := range order {
+		r := <-j.res
+		stop, err := e.result(r)
+		resultPool.Put(r)
+		if err != nil || stop {
 			return err
 		}
-		if first {
-			first = false
-			if bytes.IndexByte(buf[:min(have, binarySniff)], 0) >= 0 {
-				return errBinary
-			}
-		}
-		end := have
-		if !eof {
-			if i := bytes.LastIndexByte(buf[:have], '\n'); i >= 0 {
-				end = i + 1
-			} else if len(buf) < maxChunkBytes {
-				// One line fills the buffer: grow it and read on.
-				nb := make([]byte, min(2*len(buf), maxChunkBytes))
-				copy(nb, buf[:have])
-				buf, s.buf = nb, nb
-				continue
-			}
-			// else: a line longer than maxChunkBytes is matched in pieces.
-		}
-		s.endsMid = !eof && buf[end-1] != '\n'
-		if err := s.chunk(buf[:end]); err != nil {
-			return err
-		}
-		s.startsMid = s.endsMid
-		if eof {
-			return nil
-		}
-		have = copy(buf, buf[end:have])
-		if err := s.ctx.Err(); err != nil {
-			return s.stop("timeout")
-		}
-	}
-}
-
-// chunk matches data, whole lines (the last may lack its newline at the end
-// of the file, or be a piece of a very long line).
-func (s *searcher) chunk(data []byte) error {
-	pos := 0     // where the next search starts (a line start)
-	counted := 0 // s.lineNo + newlines in data[:counted] is the line at counted
-	line := s.lineNo
-	for pos < len(data) {
-		ms := s.find(data[pos:])
-		if ms < 0 {
-			break
-		}
-		ms += pos
-		ls := bytes.LastIndexByte(data[:ms], '\n') + 1
-		le := len(data)
-		if i := bytes.IndexByte(data[ms:], '\n'); i >= 0 {
-			le = ms + i
-		}
-		line += int64(bytes.Count(data[counted:ls], nl))
-		counted = ls
-		text := data[ls:le]
-		if err := s.feedAfter(data, ls); err != nil {
-			return err
-		}
-		if loc := s.re.FindIndex(text); loc != nil {
-			if err := s.match(data, ls, le, line, loc); err != nil {
-				return err
-			}
-		}
-		pos = le + 1
-	}
-	if err := s.feedAfter(data, len(data)); err != nil {
-		return err
-	}
-	s.afterFrom = 0
-	// Remember where the next chunk starts and its context.
-	s.lineNo = line + int64(bytes.Count(data[counted:], nl))
-	if s.opts.Context > 0 {
-		s.keepTail(data)
 	}
 	return nil
 }
 
-var nl = []byte{'\n'}
-
-// find returns the offset of the first possible match in data, or -1.
-func (s *searcher) find(data []byte) int {
-	if s.lit != nil {
-		return bytes.Index(data, s.lit)
-	}
-	loc := s.re.FindIndex(data)
-	if loc == nil {
-		return -1
-	}
-	return loc[0]
+// stop records why the search ends early.
+func (e *emitter) stop(reason string) (bool, error) {
+	e.sum.Truncated, e.sum.Reason = true, reason
+	return true, nil
 }
 
-// match reports the line data[ls:le], number line, matched at loc within it.
-func (s *searcher) match(data []byte, ls, le int, line int64, loc []int) error {
-	if err := s.flushPending(); err != nil {
-		return err
+// result writes one file's records and reports whether a bound ends the
+// search there.
+func (e *emitter) result(r *fileResult) (bool, error) {
+	if r.scanned {
+		e.sum.FilesScanned++
 	}
-	if s.sum.Matches >= int64(s.opts.MaxMatches) {
-		return s.stop("max_matches")
+	if r.binary {
+		e.sum.BinarySkipped++
+		return false, nil
 	}
-	text, cut := s.cutLine(data[ls:le], loc[0])
-	cut = cut || ls == 0 && s.startsMid || le == len(data) && s.endsMid
-	r := &Record{Type: "match", Path: s.rel, Line: line, Text: text, Cut: cut}
-	size := int64(len(text))
-	if c := s.opts.Context; c > 0 {
-		r.Before = s.before(data, ls, c)
-		for _, b := range r.Before {
-			size += int64(len(b))
+	matched := false
+	defer func() {
+		if matched {
+			e.sum.FilesMatched++
+		}
+	}()
+	for i := range r.hits {
+		h := &r.hits[i]
+		if e.sum.Matches >= int64(e.opts.MaxMatches) {
+			return e.stop("max_matches")
+		}
+		if e.bytes+h.size > e.opts.MaxBytes && e.sum.Matches > 0 {
+			return e.stop("max_bytes")
+		}
+		e.bytes += h.size
+		e.sum.Matches++
+		matched = true
+		after := 0
+		for _, s := range r.ctx[h.after[0]:h.after[1]] {
+			if n := int64(s.end - s.off); e.bytes+n <= e.opts.MaxBytes {
+				e.bytes += n
+				r.ctx[h.after[0]+after] = s
+				after++
+			}
+		}
+		h.after[1] = h.after[0] + after
+		e.line = appendMatch(e.line[:0], r, h)
+		if _, err := e.out.Write(e.line); err != nil {
+			return true, err
 		}
 	}
-	if s.bytes+size > s.opts.MaxBytes && s.sum.Matches > 0 {
-		return s.stop("max_bytes")
-	}
-	s.bytes += size
-	s.sum.Matches++
-	s.matched = true
-	s.pending, s.afterNeed = r, s.opts.Context
-	s.afterFrom = le + 1
-	if s.afterNeed == 0 {
-		return s.flushPending()
-	}
-	return nil
-}
-
-// before returns up to n lines before the line starting at ls, reaching
-// into the previous chunk's tail when needed.
-func (s *searcher) before(data []byte, ls, n int) []string {
-	var lines []string
-	end := ls
-	for len(lines) < n && end > 0 {
-		start := bytes.LastIndexByte(data[:end-1], '\n') + 1
-		t, _ := s.cutLine(data[start:end-1], 0)
-		lines = append(lines, t)
-		end = start
-	}
-	for i := len(s.tail) - 1; len(lines) < n && i >= 0 && end == 0; i-- {
-		lines = append(lines, s.tail[i])
-	}
-	slices.Reverse(lines)
-	return lines
-}
-
-// keepTail remembers the last Context lines up to the end of data.
-func (s *searcher) keepTail(data []byte) {
-	var lines []string
-	end := len(data)
-	if end > 0 && data[end-1] == '\n' {
-		end--
-	}
-	for len(lines) < s.opts.Context {
-		start := bytes.LastIndexByte(data[:end], '\n') + 1
-		t, _ := s.cutLine(data[start:end], 0)
-		lines = append(lines, t)
-		if start == 0 {
-			break
+	if r.err != nil {
+		e.sum.Errors++
+		if err := e.enc.Encode(&Record{Type: "error", Path: r.rel, Error: r.err.Error()}); err != nil {
+			return true, err
 		}
-		end = start - 1
 	}
-	for i := len(s.tail) - 1; len(lines) < s.opts.Context && i >= 0; i-- {
-		lines = append(lines, s.tail[i])
+	if r.timedOut {
+		return e.stop("timeout")
 	}
-	slices.Reverse(lines)
-	s.tail = lines
-}
-
-// feedAfter gives the pending match the lines of data from afterFrom up to
-// upto, while it wants more after-context.
-func (s *searcher) feedAfter(data []byte, upto int) error {
-	for s.pending != nil && s.afterNeed > 0 && s.afterFrom < upto {
-		end := upto
-		if i := bytes.IndexByte(data[s.afterFrom:upto], '\n'); i >= 0 {
-			end = s.afterFrom + i
-		}
-		t, _ := s.cutLine(data[s.afterFrom:end], 0)
-		if s.bytes+int64(len(t)) <= s.opts.MaxBytes {
-			s.bytes += int64(len(t))
-			s.pending.After = append(s.pending.After, t)
-		}
-		s.afterFrom = end + 1
-		s.afterNeed--
-	}
-	if s.pending != nil && s.afterNeed == 0 {
-		return s.flushPending()
-	}
-	return nil
-}
-
-// flushPending emits the pending match.
-func (s *searcher) flushPending() error {
-	if s.pending == nil {
-		return nil
-	}
-	r := s.pending
-	s.pending, s.afterNeed = nil, 0
-	return s.emit(r)
-}
-
-// cutLine returns line as text, at most MaxLineBytes of it around at (a
-// match offset), valid UTF-8, and whether it was cut.
-func (s *searcher) cutLine(line []byte, at int) (string, bool) {
-	line = bytes.TrimSuffix(line, []byte{'\r'})
-	limit := s.opts.MaxLineBytes
-	if len(line) <= limit {
-		return strings.ToValidUTF8(string(line), "\uFFFD"), false
-	}
-	start := max(0, min(at-limit/4, len(line)-limit))
-	piece := line[start : start+limit]
-	// Do not start or end inside a rune.
-	for i := 0; i < utf8.UTFMax && len(piece) > 0 && !utf8.RuneStart(piece[0]); i++ {
-		piece = piece[1:]
-	}
-	for i := 0; i < utf8.UTFMax && len(piece) > 0; i++ {
-		r, size := utf8.DecodeLastRune(piece)
-		if r != utf8.RuneError || size != 1 {
-			break
-		}
-		piece = piece[:len(piece)-1]
-	}
-	return strings.ToValidUTF8(string(piece), "\uFFFD"), true
+	return false, nil
 }
