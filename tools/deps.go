@@ -105,6 +105,8 @@ type Deps struct {
 	procs processRegistry
 	shell shellCache
 	dirs  shellDirs
+	// helpers remembers where each sandbox's search helper is.
+	helpers helperCache
 }
 
 // NewDeps returns Deps with defaults filled in for zero Config fields.

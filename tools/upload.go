@@ -66,6 +66,9 @@ type uploadBatch struct {
 	fresh bool
 	// progress, when set, is told how many files were uploaded so far.
 	progress func(done int)
+	// beforeMove, when set, runs after every upload and before the first
+	// rename; an error from it aborts the batch with nothing changed.
+	beforeMove func(ctx context.Context) error
 
 	prevMode []fs.FileMode // mode of the file replaced, 0 when new
 	newDirs  []string      // directories the uploads will create
@@ -85,6 +88,11 @@ func (b *uploadBatch) run(ctx context.Context) ([]uploadResult, error) {
 		}
 		if b.progress != nil {
 			b.progress(i + 1)
+		}
+	}
+	if b.beforeMove != nil {
+		if err := b.beforeMove(ctx); err != nil {
+			return nil, b.abort(err, "checking before moving the files into place failed")
 		}
 	}
 	results := make([]uploadResult, len(b.items))
