@@ -26,7 +26,7 @@ var quietLog = slog.New(slog.NewTextHandler(io.Discard, nil))
 // failGuard bounds waits that only last that long when something is broken.
 const failGuard = 30 * time.Second
 
-func newE2BProvider(t *testing.T, api *manageServer, mods ...func(*e2b.Config)) *e2b.Provider {
+func newE2BProvider(t testing.TB, api *manageServer, mods ...func(*e2b.Config)) *e2b.Provider {
 	t.Helper()
 	cfg := e2b.Config{
 		APIKey: api.APIKey, APIURL: api.URL, SandboxURL: api.URL, Workdir: api.Workdir,
@@ -42,7 +42,7 @@ func newE2BProvider(t *testing.T, api *manageServer, mods ...func(*e2b.Config)) 
 	return p
 }
 
-func newE2BManager(t *testing.T, p manage.Provider, store manage.Store, mods ...func(*manage.Options)) *manage.Manager {
+func newE2BManager(t testing.TB, p manage.Provider, store manage.Store, mods ...func(*manage.Options)) *manage.Manager {
 	t.Helper()
 	opts := manage.Options{Provider: p, Store: store, AutoRecreate: true, Logger: quietLog}
 	for _, mod := range mods {
