@@ -93,7 +93,7 @@ func TestREADMECommands(t *testing.T) {
 			case strings.HasPrefix(cmd, "make "):
 				t.Log("not run here: scripts/test runs make lint and make checkgenerate (which runs generate), and go test -race (make test)")
 			case strings.Contains(cmd, "--provider e2b"):
-				t.Log("not run here: it needs an E2B API key (TestE2BWrongKey runs the binary with --provider e2b; manage/e2b tests the provider against an E2B-compatible API)")
+				t.Log("not run here: it needs an E2B API key (TestE2BWrongKey runs the binary with --provider e2b; e2b_lifecycle_test.go and e2b_serve_test.go run it against manage serve)")
 			case strings.HasPrefix(cmd, "./sandbox-mcp serve --http"):
 				runHTTPServe(t, n, cmd)
 			case strings.HasPrefix(cmd, "./sandbox-mcp manage serve"):
