@@ -212,8 +212,17 @@ func (m *Manager) create(ws *workspace, f *flight, epoch uint64, gen int64, kind
 	cfg.Key, cfg.Named, cfg.Generation = ws.key, named, gen
 	ctx, cancel := context.WithTimeout(context.Background(), m.opts.CreateTimeout)
 	defer cancel()
-	sb, err := m.opts.Provider.Create(ctx, cfg)
+	var sb Sandbox
+	release, err := m.slots.admit(ctx, m, ws.key)
+	if err == nil {
+		defer release()
+		sb, err = m.opts.Provider.Create(ctx, cfg)
+	}
 	if err != nil {
+		var limit *LimitError
+		if errors.As(err, &limit) {
+			err = limitError(limit)
+		}
 		if lost != nil {
 			// The next operation tries again to create one.
 			lost.ReplaceErr = err
@@ -224,6 +233,9 @@ func (m *Manager) create(ws *workspace, f *flight, epoch uint64, gen int64, kind
 			}
 			ws.mu.Unlock()
 			return lost
+		}
+		if limit != nil {
+			return err
 		}
 		return fmt.Errorf("workspace %q: creating a sandbox with the %s provider: %w", ws.key, m.opts.Provider.Name(), err)
 	}

@@ -44,6 +44,13 @@ type Options struct {
 	CallTimeout time.Duration
 	// CreateTimeout bounds Create. Default DefaultCreateTimeout.
 	CreateTimeout time.Duration
+	// MaxSandboxesPerOwner bounds the workspaces with a sandbox (running,
+	// paused or stopped) that one owner holds; creating one more is a
+	// *LimitError. 0 means no limit. Owners come from OwnerOf.
+	MaxSandboxesPerOwner int
+	// OwnerOf names the owner of a workspace key (an HTTP principal), ""
+	// for keys that no limit applies to. Nil means no owner limits.
+	OwnerOf func(key string) string
 	// ClientOptions are added to every envd client the Manager makes.
 	ClientOptions []envdclient.Option
 	// Logger receives lifecycle logs. Nil means slog.Default().
@@ -70,6 +77,8 @@ type Manager struct {
 	mu         sync.Mutex
 	workspaces map[string]*workspace
 	closed     bool
+
+	slots *slots // sandboxes per owner
 
 	stopReaper chan struct{}
 	reaperDone chan struct{}
@@ -99,6 +108,7 @@ func New(opts Options) (*Manager, error) {
 		log:        opts.Logger,
 		store:      opts.Store,
 		workspaces: map[string]*workspace{},
+		slots:      newSlots(opts.MaxSandboxesPerOwner, opts.OwnerOf),
 		stopReaper: make(chan struct{}),
 		reaperDone: make(chan struct{}),
 	}
