@@ -82,6 +82,7 @@ func (f *flight) wait(ctx context.Context) error {
 // recorded sandbox that is gone is replaced and reported lost; with no record
 // a sandbox is created.
 func (m *Manager) load(ws *workspace, f *flight, epoch uint64) error {
+	m.recoverStore()
 	ctx, cancel := m.callCtx()
 	defer cancel()
 	rec, ok, err := m.store.Get(ctx, ws.key)
@@ -90,12 +91,19 @@ func (m *Manager) load(ws *workspace, f *flight, epoch uint64) error {
 	}
 	if !ok {
 		ws.mu.Lock()
+		named := ws.named
 		if ws.epoch == epoch {
 			ws.loaded = true
 		}
 		ws.mu.Unlock()
+		if named {
+			if ev, tell := m.unrecoveredEvent(ws.key); tell {
+				f.events = append(f.events, ev)
+			}
+		}
 		return m.create(ws, f, epoch, 1, EventCreated, nil)
 	}
+
 	prov := m.opts.Provider
 	if !m.hasOwnSandbox(rec) || rec.State == StateGone {
 		detail := "recorded as gone"
@@ -114,6 +122,9 @@ func (m *Manager) load(ws *workspace, f *flight, epoch uint64) error {
 	case StateGone:
 		return m.replaceLost(ws, f, epoch, rec.Generation, info, nil, true)
 	case StateRunning, StatePaused, StateStopped:
+		if rec.Recovered {
+			f.events = append(f.events, Event{Kind: EventStoreRebuilt, Generation: rec.Generation, FilesKept: true})
+		}
 		ws.mu.Lock()
 		if ws.epoch != epoch {
 			ws.mu.Unlock()

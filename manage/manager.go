@@ -80,6 +80,15 @@ type Manager struct {
 
 	slots *slots // sandboxes per owner
 
+	// Store rebuilds (rediscover.go): the store damages already handled,
+	// whether any was seen, and the named workspaces told that nothing of
+	// theirs was found.
+	bg              sync.WaitGroup // the rebuild started by New
+	recoverMu       sync.Mutex
+	damagesSeen     atomic.Uint64
+	storeDamaged    atomic.Bool
+	toldUnrecovered map[string]bool // guarded by mu
+
 	stopReaper chan struct{}
 	reaperDone chan struct{}
 
@@ -109,8 +118,19 @@ func New(opts Options) (*Manager, error) {
 		store:      opts.Store,
 		workspaces: map[string]*workspace{},
 		slots:      newSlots(opts.MaxSandboxesPerOwner, opts.OwnerOf),
-		stopReaper: make(chan struct{}),
-		reaperDone: make(chan struct{}),
+
+		toldUnrecovered: map[string]bool{},
+		stopReaper:      make(chan struct{}),
+		reaperDone:      make(chan struct{}),
+	}
+	if _, ok := opts.Store.(DamageReporter); ok {
+		// A store file found damaged at open is rebuilt now; operations
+		// that need the records wait for it (recoverStore).
+		m.bg.Add(1)
+		go func() {
+			defer m.bg.Done()
+			m.recoverStore()
+		}()
 	}
 	if opts.PausedTTL > 0 {
 		go m.reaper()
@@ -273,6 +293,7 @@ func (m *Manager) Shutdown(ctx context.Context) error {
 	m.mu.Unlock()
 	close(m.stopReaper)
 	<-m.reaperDone
+	m.bg.Wait()
 	var errs []error
 	for _, k := range keys {
 		if err := m.EndSession(ctx, k); err != nil {

@@ -45,6 +45,7 @@ func (s *slots) admit(ctx context.Context, m *Manager, key string) (done func(),
 	if owner == "" {
 		return func() {}, nil
 	}
+	m.recoverStore() // count the records a damaged store file lost
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	recs, err := m.store.List(ctx)
