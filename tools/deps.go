@@ -80,6 +80,9 @@ type Deps struct {
 	runs  runCounter
 	procs processRegistry
 	shell shellCache
+	// journals completes or undoes batches a crashed server left half
+	// done, once per sandbox (putjournal.go).
+	journals journalRecovery
 }
 
 // NewDeps returns Deps with defaults filled in for zero Config fields.
