@@ -10,9 +10,11 @@
 // second one failing to start.
 //
 // Faults: a file still locked by another process after the lock timeout is a
-// clear error naming the file; a corrupt file is moved aside (kept for
-// inspection, logged) and a fresh one started, so one bad file never stops
-// the server. A truncated file, which bbolt would read past its end (a
+// clear error naming the file; a corrupt file (empty ones included: a new
+// file is made whole under a temporary name and linked into place, so it is
+// never seen empty) is moved aside (kept for inspection, logged) and a fresh
+// one started, so one bad file never stops the server, and Damages tells the
+// Manager to rebuild the records from the provider's sandboxes. A truncated file, which bbolt would read past its end (a
 // SIGBUS no recover catches), is found before it is mapped (check.go), and
 // a fault on the mapping is made a panic of the goroutine, recovered as
 // corruption. Sandboxes themselves are never touched by the store.
