@@ -42,35 +42,37 @@ func defaultStateDir() string {
 // serveOptions are the flags that shape sandboxes and tools, shared by
 // serve, call, tools and doctor: provider, limits, workspace, toolsets.
 type serveOptions struct {
-	provider        string
-	isolation       string
-	network         bool
-	defaultTimeout  time.Duration
-	maxTimeout      time.Duration
-	outputLimit     byteSize
-	maxPutBytes     byteSize
-	maxReadBytes    byteSize
-	autoRecreate    bool
-	idlePause       time.Duration
-	pausedTTL       time.Duration
-	workspace       string
-	stageRoots      cmdline.KeyValues
-	artifactsDir    string
-	stateDir        string
-	store           string
-	redisPrefix     string
-	toolsets        string
-	resultFormat    string
-	readOnly        bool
-	memory          byteSize
-	cpus            float64
-	pids            int64
-	dockerImage     string
-	dockerHost      string
-	dockerTransport string
-	disk            byteSize
-	sandboxIDs      string
-	e2b             e2bOptions
+	provider       string
+	isolation      string
+	network        bool
+	defaultTimeout time.Duration
+	maxTimeout     time.Duration
+	outputLimit    byteSize
+	maxPutBytes    byteSize
+	maxReadBytes   byteSize
+	autoRecreate   bool
+	idlePause      time.Duration
+	pausedTTL      time.Duration
+	// maxSandboxesPerPrincipal is --max-sandboxes-per-principal.
+	maxSandboxesPerPrincipal int
+	workspace                string
+	stageRoots               cmdline.KeyValues
+	artifactsDir             string
+	stateDir                 string
+	store                    string
+	redisPrefix              string
+	toolsets                 string
+	resultFormat             string
+	readOnly                 bool
+	memory                   byteSize
+	cpus                     float64
+	pids                     int64
+	dockerImage              string
+	dockerHost               string
+	dockerTransport          string
+	disk                     byteSize
+	sandboxIDs               string
+	e2b                      e2bOptions
 }
 
 // registerSandboxFlags adds the flags that shape sandboxes and tools; the
@@ -90,6 +92,7 @@ func (o *serveOptions) registerSandboxFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&o.autoRecreate, "auto-recreate", true, "replace a lost sandbox (the failed call is reported, never replayed)")
 	fs.DurationVar(&o.idlePause, "idle-pause", 10*time.Minute, "pause a sandbox after this long without a call (0: never)")
 	fs.DurationVar(&o.pausedTTL, "paused-ttl", 7*24*time.Hour, "kill sandboxes paused for longer than this (0: never)")
+	fs.IntVar(&o.maxSandboxesPerPrincipal, "max-sandboxes-per-principal", manage.DefaultMaxSandboxesPerOwner, "sandboxes (running or paused) one HTTP principal may hold; a new workspace past it gets an error result (0: no limit)")
 	fs.StringVar(&o.workspace, "workspace", "", "name of a workspace that survives restarts (default: a fresh anonymous one)")
 	fs.Var(o.stageRoots, "stage-root", "NAME=/abs/dir: a host directory stage_inputs may read as host://NAME/... (repeatable)")
 	fs.StringVar(&o.artifactsDir, "artifacts-dir", "", "host directory of the artifact store (default: STATE-DIR/artifacts)")
@@ -377,5 +380,8 @@ func (o *serveOptions) managerOptions(p manage.Provider, store manage.Store, log
 		IdlePause:    o.idlePause,
 		PausedTTL:    o.pausedTTL,
 		Logger:       log,
+
+		MaxSandboxesPerOwner: o.maxSandboxesPerPrincipal,
+		OwnerOf:              server.PrincipalOfKey,
 	}
 }

@@ -83,6 +83,7 @@ func (f *flight) wait(ctx context.Context) error {
 // recorded sandbox that is gone is replaced and reported lost; with no record
 // a sandbox is created.
 func (m *Manager) load(ws *workspace, f *flight, epoch uint64) error {
+	m.recoverStore()
 	ctx, cancel := m.callCtx()
 	defer cancel()
 	rec, ok, err := m.store.Get(ctx, ws.key)
@@ -91,12 +92,19 @@ func (m *Manager) load(ws *workspace, f *flight, epoch uint64) error {
 	}
 	if !ok {
 		ws.mu.Lock()
+		named := ws.named
 		if ws.epoch == epoch {
 			ws.loaded = true
 		}
 		ws.mu.Unlock()
+		if named {
+			if ev, tell := m.unrecoveredEvent(ws.key); tell {
+				f.events = append(f.events, ev)
+			}
+		}
 		return m.create(ws, f, epoch, 1, EventCreated, nil)
 	}
+
 	prov := m.opts.Provider
 	if !m.hasOwnSandbox(rec) || rec.State == StateGone {
 		detail := "recorded as gone"
@@ -115,6 +123,9 @@ func (m *Manager) load(ws *workspace, f *flight, epoch uint64) error {
 	case StateGone:
 		return m.replaceLost(ws, f, epoch, rec.Generation, info, nil, true)
 	case StateRunning, StatePaused, StateStopped:
+		if rec.Recovered {
+			f.events = append(f.events, Event{Kind: EventStoreRebuilt, Generation: rec.Generation, FilesKept: true})
+		}
 		ws.mu.Lock()
 		if ws.epoch != epoch {
 			ws.mu.Unlock()
@@ -223,13 +234,22 @@ func (m *Manager) create(ws *workspace, f *flight, epoch uint64, gen int64, kind
 	cfg.Key, cfg.Named, cfg.Generation = ws.key, named, gen
 	ctx, cancel := context.WithTimeout(held, m.opts.CreateTimeout)
 	defer cancel()
-	made, err := m.opts.Provider.Create(ctx, cfg)
+	var made Sandbox
+	release, err := m.slots.admit(ctx, m, ws.key)
 	if err == nil {
-		err = m.recordCreated(held, ws, made, gen)
-	} else if lerr := lockLost(held); lerr != nil {
-		err = fmt.Errorf("%w (the provider's creation was cancelled: %v)", lerr, err)
+		defer release()
+		made, err = m.opts.Provider.Create(ctx, cfg)
+		if err == nil {
+			err = m.recordCreated(held, ws, made, gen)
+		} else if lerr := lockLost(held); lerr != nil {
+			err = fmt.Errorf("%w (the provider's creation was cancelled: %v)", lerr, err)
+		}
 	}
 	if err != nil {
+		var limit *LimitError
+		if errors.As(err, &limit) {
+			err = limitError(limit)
+		}
 		if lost != nil {
 			// The next operation tries again to create one.
 			lost.ReplaceErr = err
@@ -240,6 +260,9 @@ func (m *Manager) create(ws *workspace, f *flight, epoch uint64, gen int64, kind
 			}
 			ws.mu.Unlock()
 			return lost
+		}
+		if limit != nil {
+			return err
 		}
 		return fmt.Errorf("workspace %q: creating a sandbox with the %s provider: %w", ws.key, m.opts.Provider.Name(), err)
 	}

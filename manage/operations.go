@@ -134,6 +134,7 @@ func (m *Manager) Reset(ctx context.Context, key string, named bool) (int64, err
 // earlier run: that one is killed instead, and its generations continue.
 func (m *Manager) reset(ws *workspace, f *flight, epoch uint64, oldID string, gen int64, loaded bool) error {
 	if !loaded {
+		m.recoverStore()
 		ctx, cancel := m.callCtx()
 		rec, ok, err := m.store.Get(ctx, ws.key)
 		cancel()

@@ -29,6 +29,7 @@ func (m *Manager) Reap(ctx context.Context) int {
 	if m.opts.PausedTTL <= 0 {
 		return 0
 	}
+	m.recoverStore()
 	lctx, cancel := m.callCtx()
 	recs, err := m.store.List(lctx)
 	cancel()

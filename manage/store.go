@@ -31,6 +31,11 @@ type Record struct {
 	// PausedAt is when the sandbox was last paused or stopped (zero while
 	// running); the reaper kills sandboxes paused longer than a TTL.
 	PausedAt time.Time `json:"paused_at,omitzero"`
+	// Recovered marks a record rebuilt from the provider's sandboxes after
+	// the store file was found damaged, whose workspace has not been told
+	// yet: the first operation on it carries EventStoreRebuilt (FilesKept),
+	// and the record it then writes no longer has the mark.
+	Recovered bool `json:"recovered,omitempty"`
 }
 
 // Store keeps workspace records beyond the life of the process; the server

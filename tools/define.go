@@ -409,6 +409,7 @@ func (c *Call) Sandbox(ctx context.Context) (*manage.Lease, error) {
 			c.notices = append(c.notices, n)
 		}
 	}
+	c.recoverJournals(ctx, l)
 	return l, nil
 }
 

@@ -107,6 +107,9 @@ type Deps struct {
 	dirs  shellDirs
 	// helpers remembers where each sandbox's search helper is.
 	helpers helperCache
+	// journals completes or undoes batches a crashed server left half
+	// done, once per sandbox (putjournal.go).
+	journals journalRecovery
 }
 
 // NewDeps returns Deps with defaults filled in for zero Config fields.
