@@ -82,8 +82,8 @@ func (r IDRange) check() error {
 const (
 	machineHostIDsDir = "/run/sandbox-mcp/hostids"
 	hostIDsDir        = "hostids"
-	hostIDFile  = "hostid"
-	hostIDsLock = ".lock"
+	hostIDFile        = "hostid"
+	hostIDsLock       = ".lock"
 )
 
 // hostIDs allocates per-sandbox host ids from a range.
