@@ -71,8 +71,9 @@ type SandboxConfig struct {
 	Generation int64
 	// Env is given to every process in the sandbox.
 	Env map[string]string
-	// Network enables outbound network access (off by default).
-	Network bool
+	// Network is the sandbox's network access: off (the zero value), on,
+	// or an allow list. A provider that cannot enforce a policy refuses it.
+	Network NetworkPolicy
 	// Limits bounds resources.
 	Limits Limits
 	// Template is the provider-specific image or template ("" for default).

@@ -90,7 +90,7 @@ func WorkspaceExec(d *Deps) Tool {
 			ReadOnly:    false,
 			Destructive: true, // an arbitrary command can delete or overwrite anything in the sandbox
 			Idempotent:  false,
-			OpenWorld:   d.Config.Network,
+			OpenWorld:   !d.Config.Network.IsOff(),
 		},
 		run: runExec,
 	})

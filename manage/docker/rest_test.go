@@ -230,7 +230,7 @@ func TestTCPTransport(t *testing.T) {
 func TestNetworkOption(t *testing.T) {
 	p := newProvider(t, nil)
 	_, off := create(t, p, manage.SandboxConfig{Key: "off"})
-	_, on := create(t, p, manage.SandboxConfig{Key: "on", Network: true})
+	_, on := create(t, p, manage.SandboxConfig{Key: "on", Network: manage.NetworkPolicyOn()})
 	if got := stdout(run(t, off, "ls /sys/class/net | tr '\\n' ' '")); got != "lo " {
 		t.Errorf("network off: interfaces %q", got)
 	}
