@@ -113,6 +113,9 @@ type Sandbox struct {
 	// has its predecessor's workspace files, and nothing else of it (not
 	// its installed packages, other files or processes).
 	WorkspaceKept bool
+	// Network is the network policy the sandbox was made with, when the
+	// provider knows it (nil otherwise).
+	Network *NetworkPolicy
 	// EndedAt is when the sandbox stopped or was lost, when the provider
 	// knows it (zero otherwise). The Manager uses it to tell an operation
 	// that certainly never ran from one that may have partly run.

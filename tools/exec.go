@@ -321,6 +321,7 @@ func runForeground(ctx context.Context, c *Call, lease *manage.Lease, r *pathRes
 	out.TimedOut = res.TimedOut
 	out.DurationMs = res.Duration.Milliseconds()
 	showStreams(c, r, res, logPaths, logErrs, out)
+	networkNotice(c, lease.Sandbox, out.Stdout, out.Stderr)
 	return out, nil
 }
 
