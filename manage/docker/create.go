@@ -24,6 +24,13 @@ import (
 // Create makes and starts a container for cfg and returns once its envd
 // listens and the socket is linked.
 func (p *Provider) Create(ctx context.Context, cfg manage.SandboxConfig) (manage.Sandbox, error) {
+	if cfg.Network.IsAllow() {
+		return manage.Sandbox{}, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf(
+			"the docker provider does not support --network %s yet: use --network on or off, or the local provider (bwrap), which filters egress through a proxy", cfg.Network))
+	}
+	if err := cfg.Network.Check(); err != nil {
+		return manage.Sandbox{}, connect.NewError(connect.CodeInvalidArgument, err)
+	}
 	image := cfg.Template
 	if image == "" {
 		image = p.image
@@ -37,13 +44,6 @@ func (p *Provider) Create(ctx context.Context, cfg manage.SandboxConfig) (manage
 	}
 	if _, err := os.Stat(p.envd); err != nil {
 		return manage.Sandbox{}, connect.NewError(connect.CodeInternal, fmt.Errorf("envd binary: %w", err))
-	}
-	if cfg.Network.IsAllow() {
-		return manage.Sandbox{}, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf(
-			"the docker provider does not support --network %s yet: use --network on or off, or the local provider (bwrap), which filters egress through a proxy", cfg.Network))
-	}
-	if err := cfg.Network.Check(); err != nil {
-		return manage.Sandbox{}, connect.NewError(connect.CodeInvalidArgument, err)
 	}
 	id := newID()
 	unlock := p.lock(id)
