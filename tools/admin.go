@@ -107,6 +107,9 @@ func runWorkspaceInfo(ctx context.Context, c *Call, _ *workspaceInfoInput) (*wor
 	if (sb.Isolation == "" || sb.Isolation == "none") && len(out.Warnings) == 0 {
 		out.Warnings = append(out.Warnings, "This sandbox is not isolated from the host: commands run with the server's own permissions.")
 	}
+	if w := networkMismatch(sb, cfg.Network); w != "" {
+		out.Warnings = append(out.Warnings, w)
+	}
 	for name := range cfg.StageRoots {
 		out.StageRoots = append(out.StageRoots, name)
 	}

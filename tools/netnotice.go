@@ -151,3 +151,13 @@ func (n workspaceNetwork) String() string {
 	}
 	return n.Mode
 }
+
+// networkMismatch warns when sandbox sb was made with another network
+// policy than the server's (a named workspace kept from an earlier run):
+// the sandbox keeps its own, and the server's applies to new ones.
+func networkMismatch(sb manage.Sandbox, server manage.NetworkPolicy) string {
+	if sb.Network == nil || sb.Network.String() == server.String() {
+		return ""
+	}
+	return fmt.Sprintf("This sandbox was made with network policy %s; the server's is now %s, which applies to new sandboxes (workspace_reset makes one).", sb.Network, server)
+}

@@ -63,3 +63,17 @@ func TestInstructionsSayTheNetworkPolicy(t *testing.T) {
 		}
 	}
 }
+
+func TestNetworkMismatch(t *testing.T) {
+	on := manage.NetworkPolicyOn()
+	off := manage.NetworkPolicy{Mode: manage.NetworkOff}
+	if w := networkMismatch(manage.Sandbox{Network: &on}, manage.NetworkPolicy{}); !strings.Contains(w, "made with network policy on; the server's is now off") {
+		t.Errorf("on vs off: %q", w)
+	}
+	if w := networkMismatch(manage.Sandbox{Network: &off}, manage.NetworkPolicy{}); w != "" {
+		t.Errorf("off vs zero: %q", w)
+	}
+	if w := networkMismatch(manage.Sandbox{}, on); w != "" {
+		t.Errorf("unknown: %q", w)
+	}
+}
