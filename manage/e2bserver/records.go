@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sandbox-mcp/sandbox-mcp/manage/e2bapi"
+	"github.com/sandbox-mcp/sandbox-mcp/manage/internal/sandboxid"
 )
 
 // record is what the server knows of one sandbox beyond what the provider
@@ -83,18 +84,7 @@ func newToken() string {
 
 // validID reports whether id is a sandbox id E2B's proxy would route:
 // 1 to 64 lowercase letters and digits.
-func validID(id string) bool {
-	if id == "" || len(id) > 64 {
-		return false
-	}
-	for i := 0; i < len(id); i++ {
-		c := id[i]
-		if (c < 'a' || c > 'z') && (c < '0' || c > '9') {
-			return false
-		}
-	}
-	return true
-}
+func validID(id string) bool { return sandboxid.Valid(id) }
 
 // stateFileName is the records file under Config.StateDir.
 const stateFileName = "e2bserver-sandboxes.json"
