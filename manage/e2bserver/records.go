@@ -6,10 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"sync"
 	"time"
 
+	"github.com/sandbox-mcp/sandbox-mcp/internal/atomicfile"
 	"github.com/sandbox-mcp/sandbox-mcp/manage/e2bapi"
 	"github.com/sandbox-mcp/sandbox-mcp/manage/internal/sandboxid"
 )
@@ -112,17 +112,5 @@ func saveRecords(path string, recs []record) error {
 	if err != nil {
 		return err
 	}
-	tmp, err := os.CreateTemp(filepath.Dir(path), ".e2bserver-*")
-	if err != nil {
-		return err
-	}
-	defer func() { _ = os.Remove(tmp.Name()) }()
-	if _, err := tmp.Write(b); err != nil {
-		_ = tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), path)
+	return atomicfile.Write(path, b, 0o600)
 }
