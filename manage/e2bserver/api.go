@@ -395,11 +395,7 @@ func (s *Server) resumeDeprecated(w http.ResponseWriter, r *http.Request) {
 		badBody(w, err)
 		return
 	}
-	ttl, ok := s.ttlOrDefault(w, body.Timeout)
-	if !ok {
-		return
-	}
-	b := s.held(w, r)
+	b, ttl := s.heldFor(w, r, body.Timeout)
 	if b == nil {
 		return
 	}
@@ -433,11 +429,7 @@ func (s *Server) connect(w http.ResponseWriter, r *http.Request) {
 		badBody(w, err)
 		return
 	}
-	ttl, ok := s.ttlOrDefault(w, body.Timeout)
-	if !ok {
-		return
-	}
-	b := s.held(w, r)
+	b, ttl := s.heldFor(w, r, body.Timeout)
 	if b == nil {
 		return
 	}
@@ -458,6 +450,17 @@ func (s *Server) connect(w http.ResponseWriter, r *http.Request) {
 		status = http.StatusCreated
 	}
 	s.writeSandbox(w, status, b)
+}
+
+// heldFor checks an optional timeout (see ttlOrDefault), then finds and
+// locks the sandbox (see held). It returns nil once it has written the
+// error; else the caller unlocks b.op.
+func (s *Server) heldFor(w http.ResponseWriter, r *http.Request, timeout *int64) (*sandbox, time.Duration) {
+	ttl, ok := s.ttlOrDefault(w, timeout)
+	if !ok {
+		return nil, 0
+	}
+	return s.held(w, r), ttl
 }
 
 // resumeOrWrite resumes b's sandbox for ttl, bounded by providerTimeout; on
