@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+
+	"github.com/sandbox-mcp/sandbox-mcp/internal/atomicfile"
 )
 
 // httpTokenFile is the file in the state directory that holds the token a
@@ -34,22 +36,7 @@ func newHTTPToken() string {
 // followed). It returns the file's path.
 func writeHTTPToken(dir, token string) (string, error) {
 	path := filepath.Join(dir, httpTokenFile)
-	f, err := os.CreateTemp(dir, "."+httpTokenFile+".*.tmp")
-	if err != nil {
-		return "", fmt.Errorf("write the HTTP token: %w", err)
-	}
-	_, err = f.WriteString(token + "\n")
-	if err == nil {
-		err = f.Chmod(0o600)
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(f.Name(), path)
-	}
-	if err != nil {
-		_ = os.Remove(f.Name())
+	if err := atomicfile.Write(path, []byte(token+"\n"), 0o600); err != nil {
 		return "", fmt.Errorf("write the HTTP token to %s: %w", path, err)
 	}
 	return path, nil

@@ -3,6 +3,8 @@ package tools
 import (
 	"path"
 	"strings"
+
+	"github.com/sandbox-mcp/sandbox-mcp/envd/search"
 )
 
 // toolDataDir is the workspace directory where the tools keep their own
@@ -101,46 +103,14 @@ func (g *globPattern) literal() (string, bool) {
 // its first segment (so matches inside it are wanted).
 func (g *globPattern) namesToolData() bool { return g.segs[0] == toolDataDir }
 
-// match reports whether rel, a clean workspace-relative slash path, matches.
+// match reports whether rel, a clean workspace-relative slash path, matches;
+// a trailing "**" needs one segment at least (out/** is what is inside out).
 // It runs in O(segments × path segments) whatever the pattern.
 func (g *globPattern) match(rel string) bool {
 	if rel == "" || rel == "." {
 		return false
 	}
-	parts := strings.Split(rel, "/")
-	// ok[j]: the segments consumed so far can match parts[:j].
-	ok := make([]bool, len(parts)+1)
-	next := make([]bool, len(parts)+1)
-	ok[0] = true
-	for i, seg := range g.segs {
-		clear(next)
-		if seg == "**" {
-			// Zero or more parts: every j reachable from an earlier ok. A
-			// trailing "**" needs one part at least: out/** is what is
-			// inside out, not out itself (as in .gitignore).
-			last := i == len(g.segs)-1
-			seen := false
-			for j := range ok {
-				if !last {
-					seen = seen || ok[j]
-				}
-				next[j] = seen
-				if last {
-					seen = seen || ok[j]
-				}
-			}
-		} else {
-			for j := 0; j < len(parts); j++ {
-				if ok[j] {
-					if m, _ := path.Match(seg, parts[j]); m {
-						next[j+1] = true
-					}
-				}
-			}
-		}
-		ok, next = next, ok
-	}
-	return ok[len(parts)]
+	return search.MatchSegments(g.segs, strings.Split(rel, "/"), search.WithTrailingGlobstarNonEmpty())
 }
 
 // underToolData reports whether rel lies inside toolDataDir.

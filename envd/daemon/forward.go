@@ -4,11 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"strings"
 	"sync"
+
+	"github.com/sandbox-mcp/sandbox-mcp/internal/netcopy"
 )
 
 // ProxyForward is a TCP listener inside a sandbox that forwards every
@@ -103,7 +104,7 @@ func serveProxyForward(ctx context.Context, fw ProxyForward, log *slog.Logger) (
 				mu.Lock()
 				conns[c], conns[up] = struct{}{}, struct{}{}
 				mu.Unlock()
-				pipe(c, up)
+				netcopy.Join(c, nil, up)
 				mu.Lock()
 				delete(conns, c)
 				delete(conns, up)
@@ -112,28 +113,4 @@ func serveProxyForward(ctx context.Context, fw ProxyForward, log *slog.Logger) (
 		}
 	}()
 	return func() { cancel(); wg.Wait() }, nil
-}
-
-// pipe copies both ways between a and b until both directions end, then
-// closes both.
-func pipe(a, b net.Conn) {
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_, _ = io.Copy(b, a)
-		halfClose(b)
-	}()
-	_, _ = io.Copy(a, b)
-	halfClose(a)
-	<-done
-	_ = a.Close()
-	_ = b.Close()
-}
-
-func halfClose(c net.Conn) {
-	if cw, ok := c.(interface{ CloseWrite() error }); ok {
-		_ = cw.CloseWrite()
-		return
-	}
-	_ = c.Close()
 }

@@ -98,6 +98,21 @@ func (s *Server) ttl(seconds int64) (time.Duration, error) {
 	return d, nil
 }
 
+// ttlOrDefault is the lifetime an optional timeout in seconds asks for:
+// DefaultTimeout when it is absent, else the checked timeout. When the
+// timeout is refused it writes a 400 with the reason and returns false.
+func (s *Server) ttlOrDefault(w http.ResponseWriter, timeout *int64) (time.Duration, bool) {
+	if timeout == nil {
+		return DefaultTimeout, true
+	}
+	ttl, err := s.ttl(*timeout)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return 0, false
+	}
+	return ttl, true
+}
+
 // ttlError is E2B's message for a timeout beyond the ceiling.
 type ttlError struct{ hours int }
 
@@ -121,17 +136,13 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "templateID is required")
 		return
 	}
-	ttl := DefaultTimeout
-	if body.Timeout != nil {
-		if *body.Timeout <= 0 {
-			writeError(w, http.StatusBadRequest, "timeout must be greater than 0")
-			return
-		}
-		var err error
-		if ttl, err = s.ttl(*body.Timeout); err != nil {
-			writeError(w, http.StatusBadRequest, err.Error())
-			return
-		}
+	if body.Timeout != nil && *body.Timeout <= 0 {
+		writeError(w, http.StatusBadRequest, "timeout must be greater than 0")
+		return
+	}
+	ttl, ok := s.ttlOrDefault(w, body.Timeout)
+	if !ok {
+		return
 	}
 	autoPause := body.AutoPause != nil && *body.AutoPause
 	autoResume := body.AutoResume != nil && body.AutoResume.Enabled
@@ -384,15 +395,7 @@ func (s *Server) resumeDeprecated(w http.ResponseWriter, r *http.Request) {
 		badBody(w, err)
 		return
 	}
-	ttl := DefaultTimeout
-	if body.Timeout != nil {
-		var err error
-		if ttl, err = s.ttl(*body.Timeout); err != nil {
-			writeError(w, http.StatusBadRequest, err.Error())
-			return
-		}
-	}
-	b := s.held(w, r)
+	b, ttl := s.heldFor(w, r, body.Timeout)
 	if b == nil {
 		return
 	}
@@ -406,16 +409,10 @@ func (s *Server) resumeDeprecated(w http.ResponseWriter, r *http.Request) {
 		b.rec.AutoPause = *body.AutoPause
 		s.mu.Unlock()
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), providerTimeout)
-	defer cancel()
-	if err := s.resume(ctx, b, ttl); err != nil {
-		s.writeProviderError(w, "resume sandbox", err)
+	if !s.resumeOrWrite(w, r, b, ttl) {
 		return
 	}
-	s.mu.Lock()
-	rec := b.rec
-	s.mu.Unlock()
-	writeJSON(w, http.StatusCreated, s.sandboxBody(rec))
+	s.writeSandbox(w, http.StatusCreated, b)
 }
 
 // timeoutBody is ConnectSandbox and SetTimeout with presence kept.
@@ -432,15 +429,7 @@ func (s *Server) connect(w http.ResponseWriter, r *http.Request) {
 		badBody(w, err)
 		return
 	}
-	ttl := DefaultTimeout
-	if body.Timeout != nil {
-		var err error
-		if ttl, err = s.ttl(*body.Timeout); err != nil {
-			writeError(w, http.StatusBadRequest, err.Error())
-			return
-		}
-	}
-	b := s.held(w, r)
+	b, ttl := s.heldFor(w, r, body.Timeout)
 	if b == nil {
 		return
 	}
@@ -455,14 +444,39 @@ func (s *Server) connect(w http.ResponseWriter, r *http.Request) {
 		s.mu.Unlock()
 		s.kickReaper()
 	} else {
-		ctx, cancel := context.WithTimeout(r.Context(), providerTimeout)
-		defer cancel()
-		if err := s.resume(ctx, b, ttl); err != nil {
-			s.writeProviderError(w, "resume sandbox", err)
+		if !s.resumeOrWrite(w, r, b, ttl) {
 			return
 		}
 		status = http.StatusCreated
 	}
+	s.writeSandbox(w, status, b)
+}
+
+// heldFor checks an optional timeout (see ttlOrDefault), then finds and
+// locks the sandbox (see held). It returns nil once it has written the
+// error; else the caller unlocks b.op.
+func (s *Server) heldFor(w http.ResponseWriter, r *http.Request, timeout *int64) (*sandbox, time.Duration) {
+	ttl, ok := s.ttlOrDefault(w, timeout)
+	if !ok {
+		return nil, 0
+	}
+	return s.held(w, r), ttl
+}
+
+// resumeOrWrite resumes b's sandbox for ttl, bounded by providerTimeout; on
+// failure it writes the provider's error and returns false.
+func (s *Server) resumeOrWrite(w http.ResponseWriter, r *http.Request, b *sandbox, ttl time.Duration) bool {
+	ctx, cancel := context.WithTimeout(r.Context(), providerTimeout)
+	defer cancel()
+	if err := s.resume(ctx, b, ttl); err != nil {
+		s.writeProviderError(w, "resume sandbox", err)
+		return false
+	}
+	return true
+}
+
+// writeSandbox writes b's record, read under s.mu, as a Sandbox body.
+func (s *Server) writeSandbox(w http.ResponseWriter, status int, b *sandbox) {
 	s.mu.Lock()
 	rec := b.rec
 	s.mu.Unlock()

@@ -6,11 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"sync"
 	"time"
 
+	"github.com/sandbox-mcp/sandbox-mcp/internal/atomicfile"
 	"github.com/sandbox-mcp/sandbox-mcp/manage/e2bapi"
+	"github.com/sandbox-mcp/sandbox-mcp/manage/internal/sandboxid"
 )
 
 // record is what the server knows of one sandbox beyond what the provider
@@ -83,18 +84,7 @@ func newToken() string {
 
 // validID reports whether id is a sandbox id E2B's proxy would route:
 // 1 to 64 lowercase letters and digits.
-func validID(id string) bool {
-	if id == "" || len(id) > 64 {
-		return false
-	}
-	for i := 0; i < len(id); i++ {
-		c := id[i]
-		if (c < 'a' || c > 'z') && (c < '0' || c > '9') {
-			return false
-		}
-	}
-	return true
-}
+func validID(id string) bool { return sandboxid.Valid(id) }
 
 // stateFileName is the records file under Config.StateDir.
 const stateFileName = "e2bserver-sandboxes.json"
@@ -122,17 +112,5 @@ func saveRecords(path string, recs []record) error {
 	if err != nil {
 		return err
 	}
-	tmp, err := os.CreateTemp(filepath.Dir(path), ".e2bserver-*")
-	if err != nil {
-		return err
-	}
-	defer func() { _ = os.Remove(tmp.Name()) }()
-	if _, err := tmp.Write(b); err != nil {
-		_ = tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), path)
+	return atomicfile.Write(path, b, 0o600)
 }

@@ -15,7 +15,6 @@
 package egress
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -31,6 +30,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/sandbox-mcp/sandbox-mcp/internal/netcopy"
 	"github.com/sandbox-mcp/sandbox-mcp/manage"
 )
 
@@ -212,32 +212,7 @@ func (p *Proxy) connect(w http.ResponseWriter, r *http.Request) {
 	if _, err := io.WriteString(client, "HTTP/1.1 200 Connection established\r\n\r\n"); err != nil {
 		return
 	}
-	splice(client, buf.Reader, upstream)
-}
-
-// splice copies between client (whose already-buffered bytes are in
-// pending) and upstream until both directions end, then closes both.
-func splice(client net.Conn, pending *bufio.Reader, upstream net.Conn) {
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_, _ = io.Copy(upstream, pending)
-		closeWrite(upstream)
-	}()
-	_, _ = io.Copy(client, upstream)
-	closeWrite(client)
-	<-done
-	_ = client.Close()
-	_ = upstream.Close()
-}
-
-// closeWrite half-closes c when it can, else closes it.
-func closeWrite(c net.Conn) {
-	if cw, ok := c.(interface{ CloseWrite() error }); ok {
-		_ = cw.CloseWrite()
-		return
-	}
-	_ = c.Close()
+	netcopy.Join(client, buf.Reader, upstream)
 }
 
 func (p *Proxy) track(conns ...net.Conn) bool {

@@ -13,6 +13,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/sandbox-mcp/sandbox-mcp/internal/atomicfile"
 	"github.com/sandbox-mcp/sandbox-mcp/manage/filelock"
 )
 
@@ -196,27 +197,10 @@ func writeRecord(dir string, r daemonRecord) error {
 	return writeFileAtomic(filepath.Join(dir, daemonFile), append(data, '\n'), 0o600)
 }
 
-// writeFileAtomic writes data to a temporary file next to path and renames
-// it into place, so readers see the old or the new content, never a part.
+// writeFileAtomic replaces path with data whole (see atomicfile.Write), so
+// readers see the old or the new content, never a part.
 func writeFileAtomic(path string, data []byte, perm os.FileMode) error {
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*.tmp")
-	if err != nil {
-		return err
-	}
-	_, err = f.Write(data)
-	if err == nil {
-		err = f.Chmod(perm)
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(f.Name(), path)
-	}
-	if err != nil {
-		_ = os.Remove(f.Name())
-	}
-	return err
+	return atomicfile.Write(path, data, perm)
 }
 
 // livePID returns the recorded daemon pid when that process still runs (its

@@ -14,6 +14,7 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/sandbox-mcp/sandbox-mcp/manage"
+	"github.com/sandbox-mcp/sandbox-mcp/manage/internal/sandboxid"
 )
 
 // entry serialises the operations on one sandbox and holds its daemon.
@@ -122,18 +123,7 @@ func randomSuffix() string { return newID()[1:] }
 
 // validID reports whether id can name a local sandbox: 1 to 64 lowercase
 // letters and digits. Checked before any path is built from an id.
-func validID(id string) bool {
-	if id == "" || len(id) > 64 {
-		return false
-	}
-	for i := 0; i < len(id); i++ {
-		c := id[i]
-		if (c < 'a' || c > 'z') && (c < '0' || c > '9') {
-			return false
-		}
-	}
-	return true
-}
+func validID(id string) bool { return sandboxid.Valid(id) }
 
 func checkID(id string) error {
 	if !validID(id) {
