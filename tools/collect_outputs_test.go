@@ -35,10 +35,8 @@ func TestCollectOutputs(t *testing.T) {
 	if a.Name != "out/a.txt" || a.Ref != "artifact://out/a.txt" || a.Path != "out/a.txt" || a.Bytes != 5 || a.SHA256 != hex.EncodeToString(sum[:]) || a.Content != "alpha" {
 		t.Errorf("artifact = %+v", a)
 	}
-	if out.Store != filepath.Join(art, workspaceDirName(h.ws.Key)) {
-		t.Errorf("store = %s", out.Store)
-	}
-	if got, err := os.ReadFile(filepath.Join(out.Store, "out", "sub", "b.txt")); err != nil || string(got) != "beta" {
+	store := filepath.Join(art, workspaceDirName(h.ws.Key))
+	if got, err := os.ReadFile(filepath.Join(store, "out", "sub", "b.txt")); err != nil || string(got) != "beta" {
 		t.Errorf("stored b.txt = %q, %v", got, err)
 	}
 
@@ -55,7 +53,7 @@ func TestCollectOutputs(t *testing.T) {
 	if !slices.Equal(names, []string{"other/x.txt", "out/a.txt", "out/sub/b.txt", "out/sub/c.bin", "run.sh"}) {
 		t.Errorf("** collected %v", names)
 	}
-	if fi, err := os.Stat(filepath.Join(out.Store, "run.sh")); err != nil || fi.Mode().Perm() != 0o700 {
+	if fi, err := os.Stat(filepath.Join(store, "run.sh")); err != nil || fi.Mode().Perm() != 0o700 {
 		t.Errorf("stored run.sh mode = %v, %v; want 0700 (executable, private)", fi.Mode(), err)
 	}
 	out, _ = okAs[collectOutputsOutput](h, "collect_outputs", map[string]any{"globs": []string{toolDataDir + "/**"}})
@@ -83,7 +81,7 @@ func TestCollectOutputs(t *testing.T) {
 		t.Errorf("prefixed = %+v", out.Artifacts)
 	}
 	h.ok("collect_outputs", map[string]any{"globs": []string{"out/a.txt"}}, nil)
-	if got, _ := os.ReadFile(filepath.Join(out.Store, "out", "a.txt")); string(got) != "ALPHA2" {
+	if got, _ := os.ReadFile(filepath.Join(store, "out", "a.txt")); string(got) != "ALPHA2" {
 		t.Errorf("replaced artifact = %q", got)
 	}
 	// A name that needs a directory where an artifact file is.

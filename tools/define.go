@@ -53,6 +53,11 @@ type spec[In, Out any] struct {
 	// and the manage and envd errors become isError results the model can
 	// act on; anything else is logged and summarised.
 	run func(ctx context.Context, c *Call, in *In) (*Out, error)
+	// inputSchema, when set, edits the input schema reflected from In (for
+	// example to leave out what the enabled toolsets cannot serve).
+	inputSchema func(s *jsonschema.Schema)
+	// outputSchema, likewise, edits the output schema reflected from Out.
+	outputSchema func(s *jsonschema.Schema)
 	// content optionally adds content blocks after the JSON (file contents,
 	// images); first is the index the first of them will have in the
 	// result's content, for the output to point at them.
@@ -96,9 +101,16 @@ func schemaCount(n int) *uint64 {
 
 // schemaOf returns the JSON schema of T as raw JSON, without $schema and $id
 // (MCP's default dialect is 2020-12, which is what invopop produces).
-func schemaOf[T any]() json.RawMessage {
+func schemaOf[T any]() json.RawMessage { return editedSchemaOf[T](nil) }
+
+// editedSchemaOf is schemaOf with edit applied to the reflected schema
+// (when not nil).
+func editedSchemaOf[T any](edit func(*jsonschema.Schema)) json.RawMessage {
 	var zero T
 	s := reflector().Reflect(&zero)
+	if edit != nil {
+		edit(s)
+	}
 	s.Version = ""
 	s.ID = ""
 	raw, err := json.Marshal(s)
@@ -110,8 +122,8 @@ func schemaOf[T any]() json.RawMessage {
 
 // define builds the Tool for s.
 func define[In, Out any](d *Deps, s spec[In, Out]) Tool {
-	tool := mcp.NewToolWithRawSchema(s.name, s.description, schemaOf[In]())
-	tool.RawOutputSchema = schemaOf[Out]()
+	tool := mcp.NewToolWithRawSchema(s.name, s.description, editedSchemaOf[In](s.inputSchema))
+	tool.RawOutputSchema = editedSchemaOf[Out](s.outputSchema)
 	tool.Title = s.title
 	tool.Annotations = mcp.ToolAnnotation{
 		Title:           s.title,
@@ -180,6 +192,13 @@ func (e *InputError) Error() string {
 func inputErr(field, format string, args ...any) error {
 	return &InputError{Field: field, Msg: fmt.Sprintf(format, args...)}
 }
+
+// resultError is a failure whose text is written for the model in full (a
+// status line and the output that explains it); the result is isError with
+// that text.
+type resultError struct{ text string }
+
+func (e *resultError) Error() string { return e.text }
 
 // schemaCheck is a tool's compiled input or output schema. Its errors name
 // each failing argument in words a model can act on ("invalid argument
@@ -270,6 +289,12 @@ func leafMessage(k validator.ErrorKind) string {
 		return fmt.Sprintf("must be at least %s (got %s)", ratText(k.Want), ratText(k.Got))
 	case *kind.Maximum:
 		return fmt.Sprintf("must be at most %s (got %s)", ratText(k.Want), ratText(k.Got))
+	case *kind.AdditionalProperties:
+		verb := "is not an argument"
+		if len(k.Properties) > 1 {
+			verb = "are not arguments"
+		}
+		return fmt.Sprintf("%s %s of this tool", strings.Join(k.Properties, ", "), verb)
 	}
 	return k.LocalizedString(englishPrinter)
 }
@@ -542,8 +567,12 @@ func (c *Call) errorResult(err error) *mcp.CallToolResult {
 func (c *Call) describeError(err error) string {
 	var ie *InputError
 	var se *manage.StaleError
+	var re *resultError
 	if errors.As(err, &ie) {
 		return ie.Error() + "."
+	}
+	if errors.As(err, &re) {
+		return re.text
 	}
 	if le, ok := manage.AsLost(err); ok {
 		c.notices = append([]string{lostNotice(le)}, c.notices...)
