@@ -10,6 +10,7 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
+	"sync"
 
 	"connectrpc.com/connect"
 	"github.com/invopop/jsonschema"
@@ -411,6 +412,11 @@ type Call struct {
 	messageLimit int64
 	// readLimit lowers read_files' read cap to fit messageLimit (0: not).
 	readLimit int64
+	// progressMu guards lastProgress, the progress last sent (MCP wants
+	// each notification's progress above the one before).
+	progressMu   sync.Mutex
+	lastProgress float64
+	sentProgress bool
 }
 
 // Notice adds a sentence the agent must see.
@@ -647,11 +653,21 @@ func (c *Call) progressToken() mcp.ProgressToken {
 }
 
 // sendProgress sends notifications/progress when the client asked for it.
+// A progress not above the last one sent in this call is dropped: MCP
+// requires progress to increase, whichever path of a call (a retried run,
+// several batches) reports it.
 func (c *Call) sendProgress(ctx context.Context, progress float64, message string) {
 	tok := c.progressToken()
 	if tok == nil {
 		return
 	}
+	c.progressMu.Lock()
+	if c.sentProgress && progress <= c.lastProgress {
+		c.progressMu.Unlock()
+		return
+	}
+	c.lastProgress, c.sentProgress = progress, true
+	c.progressMu.Unlock()
 	s := server.ServerFromContext(ctx)
 	if s == nil {
 		return

@@ -109,7 +109,15 @@ func runStageInputs(ctx context.Context, c *Call, in *stageInputsInput) (*stageI
 	if err != nil {
 		return nil, err
 	}
-	st := &stager{c: c, cli: lease.Client, root: lease.Sandbox.Workdir}
+	// Progress counts the files of host and artifact trees across all
+	// inputs, so it only grows from one input to the next.
+	files := 0
+	for _, p := range plans {
+		if p.tree != nil {
+			files += len(p.tree.files)
+		}
+	}
+	st := &stager{c: c, cli: lease.Client, root: lease.Sandbox.Workdir, progress: progressReporter(ctx, c, files, "staged")}
 	out := &stageInputsOutput{Staged: []stagedInput{}}
 	for _, p := range plans {
 		res, err := st.stage(ctx, p)
