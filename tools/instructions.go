@@ -42,7 +42,11 @@ func Instructions(cfg Config) string {
 		b.WriteString(" This server is read-only: its tools look at the workspace and change nothing in it.")
 	}
 	b.WriteString("\n\n")
-	b.WriteString("Workspace: paths are relative to the workspace root (workspace_info shows it). Paths that leave it (.., absolute paths elsewhere, symlinks pointing outside) are refused. Files and installed packages persist between calls until the sandbox is reset or lost.\n\n")
+	root := "the workspace root"
+	if cfg.hasToolset(ToolsetAdmin) {
+		root = "the workspace root (workspace_info shows it)"
+	}
+	b.WriteString("Workspace: paths are relative to " + root + ". Paths that leave it (.., absolute paths elsewhere, symlinks pointing outside) are refused. Files and installed packages persist between calls until the sandbox is reset or lost.\n\n")
 	if exec {
 		b.WriteString("Shell: each workspace_exec command runs in a fresh shell. The working directory persists: a cd in one command carries over to the next, and each result shows the cwd; a reset or a new sandbox starts again at the workspace root. Nothing else persists between commands: exported variables, shell variables, aliases and functions are gone in the next call, so set them in the same command line (or pass env).\n\n")
 		fmt.Fprintf(&b, "Limits: a command waits at most timeout_sec (default %d s, ceiling %d s; larger values are clamped and the result says so); at its timeout it is killed with whatever it left running. ",
@@ -61,7 +65,11 @@ func Instructions(cfg Config) string {
 		b.WriteString("Artifacts: collect_outputs copies files out of the sandbox into an artifact store that survives the sandbox; stage_inputs with artifact://NAME brings them back, for example after a recreation.\n")
 	}
 	if transfer && len(cfg.StageRoots) > 0 {
-		b.WriteString("Host inputs: stage_inputs can copy from host://ROOT/path for the roots the operator allowed (workspace_info lists them).\n")
+		lists := ""
+		if cfg.hasToolset(ToolsetAdmin) {
+			lists = " (workspace_info lists them)"
+		}
+		b.WriteString("Host inputs: stage_inputs can copy from host://ROOT/path for the roots the operator allowed" + lists + ".\n")
 	}
 	return strings.TrimSpace(b.String())
 }

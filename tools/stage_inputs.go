@@ -61,13 +61,26 @@ type stagedInput struct {
 // from operator-allowed host directories (Config.StageRoots), from the
 // artifact store, or from elsewhere in the workspace (copy or symlink).
 func StageInputs(d *Deps) Tool {
+	roots := make([]string, 0, len(d.Config.StageRoots))
+	for name := range d.Config.StageRoots {
+		roots = append(roots, name)
+	}
+	slices.Sort(roots)
+	here := "This server allows no host directory"
+	if len(roots) > 0 {
+		here = "This server's host roots: " + strings.Join(roots, ", ")
+	}
+	if d.Config.ArtifactsDir == "" {
+		here += ", and has no artifact store"
+	}
 	return define(d, spec[stageInputsInput, stageInputsOutput]{
 		name:  "stage_inputs",
 		title: "Stage inputs",
-		description: "Bring files into the workspace: from host://ROOT/path (only host directories the operator allowed; workspace_info lists them), " +
+		description: "Bring files into the workspace: from host://ROOT/path (only host directories the operator allowed), " +
 			"from artifact://NAME (files stored earlier by collect_outputs, which survive a recreated sandbox), or from workspace://path (copy, or mode link for a symbolic link). " +
 			"Directories are copied recursively and merged into the destination; existing files of the same name are replaced. " +
-			"Files from the host are uploaded under temporary names and moved into place only when all of an input arrived.",
+			"Files from the host are uploaded under temporary names and moved into place only when all of an input arrived. " +
+			here + ".",
 		toolset:     ToolsetTransfer,
 		annotations: Annotations{ReadOnly: false, Destructive: true, Idempotent: true, OpenWorld: false},
 		run:         runStageInputs,
