@@ -67,13 +67,17 @@ type artifactOut struct {
 // copied out of the sandbox into the host artifact store (replacing
 // artifacts of the same name), optionally inlined.
 func CollectOutputs(d *Deps) Tool {
+	here := ""
+	if d.Config.ArtifactsDir == "" {
+		here = " This server has no artifact store, so calls fail until its operator configures one."
+	}
 	return define(d, spec[collectOutputsInput, collectOutputsOutput]{
 		name:  "collect_outputs",
 		title: "Collect outputs",
 		description: "Copy files matching globs (** for any number of directories) out of the sandbox into the artifact store on the host, where they survive the sandbox; " +
 			"each gets a ref artifact://NAME that stage_inputs brings back, for example after a recreation. An artifact of the same name is replaced. " +
-			fmt.Sprintf("With inline, small text files also come back in the result (at most %d bytes in all). ", d.Config.MaxReadBytes) +
-			"Caps: max_files (default 100) and max_bytes (default 100 MiB); limits_hit says when they cut the list.",
+			fmt.Sprintf("With inline, small text files also come back in the result (at most %d bytes in all); binary files and images are stored but not inlined. ", d.Config.MaxReadBytes) +
+			"Caps: max_files (default 100) and max_bytes (default 100 MiB); limits_hit says when they cut the list." + here,
 		toolset:     ToolsetTransfer,
 		annotations: Annotations{ReadOnly: false, Destructive: true, Idempotent: true, OpenWorld: false},
 		run:         runCollectOutputs,
