@@ -402,13 +402,27 @@ func TestSandboxesHaveTheirOwnHostIDs(t *testing.T) {
 		testenv.Missing(t, "a bwrap sandbox (workspace_info: %s): install bubblewrap", info)
 	}
 
-	res := callTool(t, ctx, a, "workspace_exec", map[string]any{"argv": []any{"python3", "hold.py", "hold-a"}, "background": true})
+	// The start waits for the first output ("held N"), so the saturated
+	// sandbox is not asked for more: its envd, counted in the limit, may
+	// find no thread left to answer.
+	res := callTool(t, ctx, a, "workspace_exec", map[string]any{"argv": []any{"python3", "hold.py", "hold-a"}, "background": true, "wait_sec": 30})
+	if res.IsError {
+		t.Fatalf("background hold.py: %s", textOf(res))
+	}
 	handle, _ := res.StructuredContent.(map[string]any)["process"].(string)
-	if res.IsError || handle == "" {
+	if handle == "" {
 		t.Fatalf("background hold.py: %s", textOf(res))
 	}
 	var held int
+	if first, _ := res.StructuredContent.(map[string]any)["output"].(string); strings.HasPrefix(first, "held ") {
+		if _, err := fmt.Sscanf(first, "held %d", &held); err != nil {
+			t.Fatalf("start output: %q", first)
+		}
+	}
 	for range 20 {
+		if held > 0 {
+			break
+		}
 		out := textOf(callTool(t, ctx, a, "process_output", map[string]any{"process": handle, "wait_sec": 30}))
 		if _, rest, ok := strings.Cut(out, "held "); ok {
 			if _, err := fmt.Sscanf(rest, "%d", &held); err != nil {

@@ -44,11 +44,15 @@ type workspaceLimit struct {
 // and the server's limits. It acquires the sandbox (creating it on first
 // use) and checks that its daemon answers.
 func WorkspaceInfo(d *Deps) Tool {
+	transfer := ""
+	if d.Config.hasToolset(ToolsetTransfer) && !d.Config.ReadOnly {
+		transfer = ", the host roots stage_inputs may read and whether the artifact store exists"
+	}
 	return define(d, spec[workspaceInfoInput, workspaceInfoOutput]{
 		name:  "workspace_info",
 		title: "Workspace info",
 		description: "Describe this workspace's sandbox: provider, id, generation (grows when the sandbox is recreated or reset), state, isolation, workspace root, age and daemon version, " +
-			"plus the server's limits (timeouts, output and file caps), the enabled toolsets, the host roots stage_inputs may read and whether the artifact store exists. " +
+			"plus the server's limits (timeouts, output and file caps), the enabled toolsets" + transfer + ". " +
 			"Use it to learn the limits before large work, or to check the sandbox after a notice.",
 		toolset:     ToolsetAdmin,
 		annotations: Annotations{ReadOnly: true, Destructive: false, Idempotent: true, OpenWorld: false},
@@ -147,11 +151,15 @@ type workspaceResetOutput struct {
 // sandbox and starts a fresh one. Processes and run handles of the old
 // generation become stale.
 func WorkspaceReset(d *Deps) Tool {
+	artifacts := ""
+	if d.Config.hasToolset(ToolsetTransfer) && d.Config.ArtifactsDir != "" {
+		artifacts = "Artifacts stored with collect_outputs survive and can be staged back with stage_inputs. "
+	}
 	return define(d, spec[workspaceResetInput, workspaceResetOutput]{
 		name:  "workspace_reset",
 		title: "Reset workspace",
 		description: "Destroy this workspace's sandbox and start a fresh, empty one: every file, installed package and running process is lost, and the generation grows by one. " +
-			"Artifacts stored with collect_outputs survive and can be staged back with stage_inputs. Requires confirm: true. " +
+			artifacts + "Requires confirm: true. " +
 			"Use it when the sandbox is broken beyond repair or a clean start is wanted.",
 		toolset:     ToolsetAdmin,
 		annotations: Annotations{ReadOnly: false, Destructive: true, Idempotent: false, OpenWorld: false},

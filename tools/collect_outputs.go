@@ -51,7 +51,6 @@ type collectOutputsOutput struct {
 	Matched   int           `json:"matched" jsonschema_description:"Regular files that matched the globs (before the caps); past max_files the listing stops, so it is then a lower bound."`
 	LimitsHit []string      `json:"limits_hit,omitempty" jsonschema_description:"Caps that cut the list: max_files or max_bytes."`
 	Unmatched []string      `json:"unmatched,omitempty" jsonschema_description:"Globs that matched no file."`
-	Store     string        `json:"store" jsonschema_description:"The host directory holding this workspace's artifacts (for people; the model uses refs)."`
 }
 
 type artifactOut struct {
@@ -68,13 +67,17 @@ type artifactOut struct {
 // copied out of the sandbox into the host artifact store (replacing
 // artifacts of the same name), optionally inlined.
 func CollectOutputs(d *Deps) Tool {
+	here := ""
+	if d.Config.ArtifactsDir == "" {
+		here = " This server has no artifact store, so calls fail until its operator configures one."
+	}
 	return define(d, spec[collectOutputsInput, collectOutputsOutput]{
 		name:  "collect_outputs",
 		title: "Collect outputs",
 		description: "Copy files matching globs (** for any number of directories) out of the sandbox into the artifact store on the host, where they survive the sandbox; " +
 			"each gets a ref artifact://NAME that stage_inputs brings back, for example after a recreation. An artifact of the same name is replaced. " +
-			fmt.Sprintf("With inline, small text files also come back in the result (at most %d bytes in all). ", d.Config.MaxReadBytes) +
-			"Caps: max_files (default 100) and max_bytes (default 100 MiB); limits_hit says when they cut the list.",
+			fmt.Sprintf("With inline, small text files also come back in the result (at most %d bytes in all); binary files and images are stored but not inlined. ", d.Config.MaxReadBytes) +
+			"Caps: max_files (default 100) and max_bytes (default 100 MiB); limits_hit says when they cut the list." + here,
 		toolset:     ToolsetTransfer,
 		annotations: Annotations{ReadOnly: false, Destructive: true, Idempotent: true, OpenWorld: false},
 		run:         runCollectOutputs,
@@ -140,7 +143,7 @@ func runCollectOutputs(ctx context.Context, c *Call, in *collectOutputsInput) (*
 		return nil, err
 	}
 	r := newPathResolver(c, lease.Sandbox.Workdir, lease.Client)
-	out := &collectOutputsOutput{Artifacts: []artifactOut{}, Store: store.dir}
+	out := &collectOutputsOutput{Artifacts: []artifactOut{}}
 	files, unmatched, cut, err := matchGlobs(ctx, c, r, plan.globs, plan.maxFiles)
 	if err != nil {
 		return nil, err
@@ -348,13 +351,23 @@ func collectOne(ctx context.Context, c *Call, cli *envdclient.Client, root *os.R
 		case peek == nil || peek.over:
 			a.ContentOmitted = fmt.Sprintf("larger than what is left of the inline budget (%d of %d bytes); read it with read_files", *inlineLeft, c.d.Config.MaxReadBytes)
 		case !utf8.Valid(peek.buf.Bytes()) || bytes.IndexByte(peek.buf.Bytes(), 0) >= 0:
-			a.ContentOmitted = "binary (not UTF-8 text); read it with read_files, which returns base64"
+			a.ContentOmitted = binaryOmitted(peek.buf.Bytes())
 		default:
 			a.Content = peek.buf.String()
 			*inlineLeft -= n
 		}
 	}
 	return a, nil
+}
+
+// binaryOmitted says why a binary file is not inline and what the model can
+// do with it instead: look at an image with read_files (which shows it as
+// an image), or inspect other data with a command.
+func binaryOmitted(head []byte) string {
+	if mime := imageType(head); mime != "" {
+		return "an image (" + mime + "), not text; read_files on its path shows it to you as an image"
+	}
+	return "binary data, not text; inspect it in the sandbox with a command (file, xxd, a script), or read exact bytes with read_files encoding base64"
 }
 
 // matchedCount says how many files matched: n, or "at least n" when the

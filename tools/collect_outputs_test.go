@@ -7,6 +7,7 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"slices"
@@ -21,12 +22,17 @@ func TestCollectOutputs(t *testing.T) {
 		{"path": "out/a.txt", "content": "alpha"},
 		{"path": "out/sub/b.txt", "content": "beta"},
 		{"path": "out/sub/c.bin", "content": base64.StdEncoding.EncodeToString([]byte{0, 1, 2}), "encoding": "base64"},
+		{"path": "out/dot.png", "content": base64.StdEncoding.EncodeToString([]byte("\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR")), "encoding": "base64"},
 		{"path": "other/x.txt", "content": "x"},
 		{"path": "run.sh", "content": "#!/bin/sh\n", "mode": "0755"},
 		{"path": toolDataDir + "/runs/1/stdout.log", "content": "log"},
 	}}, nil)
 
-	out, _ := okAs[collectOutputsOutput](h, "collect_outputs", map[string]any{"globs": []string{"out/**/*.txt", "nomatch/*"}, "inline": true})
+	out, res := okAs[collectOutputsOutput](h, "collect_outputs", map[string]any{"globs": []string{"out/**/*.txt", "nomatch/*"}, "inline": true})
+	// The host's paths of the store are not the model's business.
+	if raw, _ := json.Marshal(res); strings.Contains(string(raw), art) {
+		t.Errorf("the result shows the store's host path %s: %s", art, raw)
+	}
 	if len(out.Artifacts) != 2 || out.Matched != 2 || !slices.Equal(out.Unmatched, []string{"nomatch/*"}) || len(out.LimitsHit) != 0 {
 		t.Fatalf("collect = %+v", out)
 	}
@@ -35,10 +41,8 @@ func TestCollectOutputs(t *testing.T) {
 	if a.Name != "out/a.txt" || a.Ref != "artifact://out/a.txt" || a.Path != "out/a.txt" || a.Bytes != 5 || a.SHA256 != hex.EncodeToString(sum[:]) || a.Content != "alpha" {
 		t.Errorf("artifact = %+v", a)
 	}
-	if out.Store != filepath.Join(art, workspaceDirName(h.ws.Key)) {
-		t.Errorf("store = %s", out.Store)
-	}
-	if got, err := os.ReadFile(filepath.Join(out.Store, "out", "sub", "b.txt")); err != nil || string(got) != "beta" {
+	store := filepath.Join(art, workspaceDirName(h.ws.Key))
+	if got, err := os.ReadFile(filepath.Join(store, "out", "sub", "b.txt")); err != nil || string(got) != "beta" {
 		t.Errorf("stored b.txt = %q, %v", got, err)
 	}
 
@@ -48,14 +52,18 @@ func TestCollectOutputs(t *testing.T) {
 	var names []string
 	for _, a := range out.Artifacts {
 		names = append(names, a.Name)
-		if a.Name == "out/sub/c.bin" && (a.Content != "" || !strings.Contains(a.ContentOmitted, "binary")) {
+		if a.Name == "out/sub/c.bin" && (a.Content != "" || !strings.Contains(a.ContentOmitted, "binary") || strings.Contains(a.ContentOmitted, "image")) {
 			t.Errorf("binary inlined: %+v", a)
 		}
+		// An image is not to be read as base64: read_files shows it.
+		if a.Name == "out/dot.png" && (a.Content != "" || !strings.Contains(a.ContentOmitted, "image/png") || !strings.Contains(a.ContentOmitted, "read_files on its path shows it") || strings.Contains(a.ContentOmitted, "base64")) {
+			t.Errorf("image: %+v", a)
+		}
 	}
-	if !slices.Equal(names, []string{"other/x.txt", "out/a.txt", "out/sub/b.txt", "out/sub/c.bin", "run.sh"}) {
+	if !slices.Equal(names, []string{"other/x.txt", "out/a.txt", "out/dot.png", "out/sub/b.txt", "out/sub/c.bin", "run.sh"}) {
 		t.Errorf("** collected %v", names)
 	}
-	if fi, err := os.Stat(filepath.Join(out.Store, "run.sh")); err != nil || fi.Mode().Perm() != 0o700 {
+	if fi, err := os.Stat(filepath.Join(store, "run.sh")); err != nil || fi.Mode().Perm() != 0o700 {
 		t.Errorf("stored run.sh mode = %v, %v; want 0700 (executable, private)", fi.Mode(), err)
 	}
 	out, _ = okAs[collectOutputsOutput](h, "collect_outputs", map[string]any{"globs": []string{toolDataDir + "/**"}})
@@ -64,7 +72,7 @@ func TestCollectOutputs(t *testing.T) {
 	}
 
 	// Caps.
-	out, res := okAs[collectOutputsOutput](h, "collect_outputs", map[string]any{"globs": []string{"out/**"}, "max_files": 1})
+	out, res = okAs[collectOutputsOutput](h, "collect_outputs", map[string]any{"globs": []string{"out/**"}, "max_files": 1})
 	// The listing stops at the first match past max_files: matched is a
 	// lower bound.
 	if len(out.Artifacts) != 1 || out.Matched != 2 || !slices.Equal(out.LimitsHit, []string{"max_files"}) {
@@ -83,7 +91,7 @@ func TestCollectOutputs(t *testing.T) {
 		t.Errorf("prefixed = %+v", out.Artifacts)
 	}
 	h.ok("collect_outputs", map[string]any{"globs": []string{"out/a.txt"}}, nil)
-	if got, _ := os.ReadFile(filepath.Join(out.Store, "out", "a.txt")); string(got) != "ALPHA2" {
+	if got, _ := os.ReadFile(filepath.Join(store, "out", "a.txt")); string(got) != "ALPHA2" {
 		t.Errorf("replaced artifact = %q", got)
 	}
 	// A name that needs a directory where an artifact file is.

@@ -10,6 +10,7 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
+	"sync"
 
 	"connectrpc.com/connect"
 	"github.com/invopop/jsonschema"
@@ -53,6 +54,11 @@ type spec[In, Out any] struct {
 	// and the manage and envd errors become isError results the model can
 	// act on; anything else is logged and summarised.
 	run func(ctx context.Context, c *Call, in *In) (*Out, error)
+	// inputSchema, when set, edits the input schema reflected from In (for
+	// example to leave out what the enabled toolsets cannot serve).
+	inputSchema func(s *jsonschema.Schema)
+	// outputSchema, likewise, edits the output schema reflected from Out.
+	outputSchema func(s *jsonschema.Schema)
 	// content optionally adds content blocks after the JSON (file contents,
 	// images); first is the index the first of them will have in the
 	// result's content, for the output to point at them.
@@ -96,9 +102,16 @@ func schemaCount(n int) *uint64 {
 
 // schemaOf returns the JSON schema of T as raw JSON, without $schema and $id
 // (MCP's default dialect is 2020-12, which is what invopop produces).
-func schemaOf[T any]() json.RawMessage {
+func schemaOf[T any]() json.RawMessage { return editedSchemaOf[T](nil) }
+
+// editedSchemaOf is schemaOf with edit applied to the reflected schema
+// (when not nil).
+func editedSchemaOf[T any](edit func(*jsonschema.Schema)) json.RawMessage {
 	var zero T
 	s := reflector().Reflect(&zero)
+	if edit != nil {
+		edit(s)
+	}
 	s.Version = ""
 	s.ID = ""
 	raw, err := json.Marshal(s)
@@ -110,8 +123,8 @@ func schemaOf[T any]() json.RawMessage {
 
 // define builds the Tool for s.
 func define[In, Out any](d *Deps, s spec[In, Out]) Tool {
-	tool := mcp.NewToolWithRawSchema(s.name, s.description, schemaOf[In]())
-	tool.RawOutputSchema = schemaOf[Out]()
+	tool := mcp.NewToolWithRawSchema(s.name, s.description, editedSchemaOf[In](s.inputSchema))
+	tool.RawOutputSchema = editedSchemaOf[Out](s.outputSchema)
 	tool.Title = s.title
 	tool.Annotations = mcp.ToolAnnotation{
 		Title:           s.title,
@@ -180,6 +193,13 @@ func (e *InputError) Error() string {
 func inputErr(field, format string, args ...any) error {
 	return &InputError{Field: field, Msg: fmt.Sprintf(format, args...)}
 }
+
+// resultError is a failure whose text is written for the model in full (a
+// status line and the output that explains it); the result is isError with
+// that text.
+type resultError struct{ text string }
+
+func (e *resultError) Error() string { return e.text }
 
 // schemaCheck is a tool's compiled input or output schema. Its errors name
 // each failing argument in words a model can act on ("invalid argument
@@ -270,6 +290,12 @@ func leafMessage(k validator.ErrorKind) string {
 		return fmt.Sprintf("must be at least %s (got %s)", ratText(k.Want), ratText(k.Got))
 	case *kind.Maximum:
 		return fmt.Sprintf("must be at most %s (got %s)", ratText(k.Want), ratText(k.Got))
+	case *kind.AdditionalProperties:
+		verb := "is not an argument"
+		if len(k.Properties) > 1 {
+			verb = "are not arguments"
+		}
+		return fmt.Sprintf("%s %s of this tool", strings.Join(k.Properties, ", "), verb)
 	}
 	return k.LocalizedString(englishPrinter)
 }
@@ -386,6 +412,11 @@ type Call struct {
 	messageLimit int64
 	// readLimit lowers read_files' read cap to fit messageLimit (0: not).
 	readLimit int64
+	// progressMu guards lastProgress, the progress last sent (MCP wants
+	// each notification's progress above the one before).
+	progressMu   sync.Mutex
+	lastProgress float64
+	sentProgress bool
 }
 
 // Notice adds a sentence the agent must see.
@@ -543,8 +574,12 @@ func (c *Call) errorResult(err error) *mcp.CallToolResult {
 func (c *Call) describeError(err error) string {
 	var ie *InputError
 	var se *manage.StaleError
+	var re *resultError
 	if errors.As(err, &ie) {
 		return ie.Error() + "."
+	}
+	if errors.As(err, &re) {
+		return re.text
 	}
 	if le, ok := manage.AsLost(err); ok {
 		c.notices = append([]string{lostNotice(le)}, c.notices...)
@@ -619,11 +654,21 @@ func (c *Call) progressToken() mcp.ProgressToken {
 }
 
 // sendProgress sends notifications/progress when the client asked for it.
+// A progress not above the last one sent in this call is dropped: MCP
+// requires progress to increase, whichever path of a call (a retried run,
+// several batches) reports it.
 func (c *Call) sendProgress(ctx context.Context, progress float64, message string) {
 	tok := c.progressToken()
 	if tok == nil {
 		return
 	}
+	c.progressMu.Lock()
+	if c.sentProgress && progress <= c.lastProgress {
+		c.progressMu.Unlock()
+		return
+	}
+	c.lastProgress, c.sentProgress = progress, true
+	c.progressMu.Unlock()
 	s := server.ServerFromContext(ctx)
 	if s == nil {
 		return

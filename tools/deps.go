@@ -50,6 +50,10 @@ type Config struct {
 	// InputWait bounds how long process_input waits for a process that does
 	// not read its input. Default 30 seconds.
 	InputWait time.Duration
+	// OutputSettle is how long a process's output must pause before a wait
+	// for it (process_output, process_input and a background start with
+	// wait_sec) returns what arrived. Default 300 milliseconds.
+	OutputSettle time.Duration
 	// ResultFormat is how a result's text content is written: ResultText
 	// (the default) renders it for the model to read, ResultJSON sends the
 	// output's JSON, for clients that parse the text.
@@ -93,6 +97,7 @@ func DefaultConfig() Config {
 		ProgressInterval: time.Second,
 		SignalGrace:      5 * time.Second,
 		InputWait:        30 * time.Second,
+		OutputSettle:     300 * time.Millisecond,
 	}
 }
 
@@ -125,6 +130,7 @@ func NewDeps(m *manage.Manager, cfg Config, log *slog.Logger) *Deps {
 	orDefault(&cfg.ProgressInterval, def.ProgressInterval)
 	orDefault(&cfg.SignalGrace, def.SignalGrace)
 	orDefault(&cfg.InputWait, def.InputWait)
+	orDefault(&cfg.OutputSettle, def.OutputSettle)
 	if log == nil {
 		log = slog.Default()
 	}

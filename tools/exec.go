@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"path"
+	"strconv"
 	"strings"
 	"time"
 
@@ -24,11 +25,29 @@ type execInput struct {
 	Login      bool     `json:"login,omitempty" jsonschema_description:"Run the command in a login shell (bash -lc, or sh -lc where there is no bash), which re-reads the profile on each call; by default the login environment is captured once per sandbox and each command runs with bash -c. Use it when a profile (~/.profile, ~/.bash_profile) changed since the sandbox's first command. Default false; only with command."`
 	Argv       []string `json:"argv,omitempty" jsonschema:"minItems=1" jsonschema_description:"The program and its arguments, run directly without a shell (no quoting needed). argv[0] is looked up in PATH. Give either command or argv, not both."`
 	Cwd        string   `json:"cwd,omitempty" jsonschema_description:"Directory this command starts in, relative to the workspace root; like a cd before the command, it then persists for the next ones. Default: where the previous command's shell ended (the workspace root at first, and after a reset). It must exist."`
-	Env        []envVar `json:"env,omitempty" jsonschema_description:"Extra environment variables for this command only, as a list of {name, value} pairs (for example [{\"name\": \"DEBUG\", \"value\": \"1\"}]); they override the sandbox's variables of the same name. Each name may appear once."`
+	Env        []envVar `json:"env,omitempty" jsonschema_description:"Extra environment variables for this command only, as a list of {name, value} pairs (for example [{\"name\": \"DEBUG\", \"value\": \"1\"}]); they override the sandbox's variables of the same name. Each name may appear once. (A foreground command also gets SMCP_RUN_ID, its run id, which marks what it starts so that a timeout can end it all.)"`
 	Stdin      *string  `json:"stdin,omitempty" jsonschema_description:"Text written to the command's standard input; the input is then closed (EOF). Without it the command reads nothing. For a background process the text is written and stdin stays open for process_input."`
 	TimeoutSec *int64   `json:"timeout_sec,omitempty" jsonschema:"minimum=1" jsonschema_description:"Seconds before the command is killed (integer, at least 1). Default: the server's default timeout; values above the server's ceiling are lowered to it and the result says so. For a background process it is an optional kill deadline (none by default)."`
-	Background bool     `json:"background,omitempty" jsonschema_description:"Start the command and return at once with a process handle instead of waiting. Its stdout and stderr go to one log; follow it with process_output, feed it with process_input, stop it with process_signal."`
+	Background bool     `json:"background,omitempty" jsonschema_description:"Start the command without waiting for it to end and return a process handle. The start waits briefly (wait_sec) and returns the first output, and the exit code if it already ended; a command that fails at once (exit code not 0) is an error result with its output. Its stdout and stderr go to one log; follow it with process_output, feed it with process_input, stop it with process_signal."`
+	WaitSec    *int64   `json:"wait_sec,omitempty" jsonschema:"minimum=0" jsonschema_description:"Background only: seconds the start waits at most for the process's first output (returned once it pauses) or its end. Default 1; 0 returns at once."`
 }
+
+// Waits of a background start.
+const (
+	// defaultStartWait is how long a background start waits for first
+	// output when wait_sec is not given.
+	defaultStartWait = time.Second
+	// maxStartWaitSec bounds a background start's wait_sec.
+	maxStartWaitSec = 30
+	// startOutputBytes bounds the first output a background start returns.
+	startOutputBytes = 16 << 10
+)
+
+// runMarkerVar is set in the environment of every foreground command to its
+// run id, so the processes a command leaves behind (detached with setsid,
+// nohup or a double fork, out of reach of its process group) can be found
+// when it times out. A process that clears its environment escapes it.
+const runMarkerVar = "SMCP_RUN_ID"
 
 // envVar is one environment variable of workspace_exec's env. env is a list
 // of these rather than a JSON object keyed by name because an object with
@@ -42,6 +61,28 @@ type envVar struct {
 // JSONSchemaExtend publishes the limits checkExec relies on.
 func (execInput) JSONSchemaExtend(s *jsonschema.Schema) {
 	schemaProp(s, "timeout_sec").Maximum = schemaInt(maxTimeoutSec)
+	schemaProp(s, "wait_sec").Maximum = schemaInt(maxStartWaitSec)
+}
+
+// withoutBackgroundOutput removes the background-only fields from
+// workspace_exec's output schema (see withoutBackground).
+func withoutBackgroundOutput(s *jsonschema.Schema) {
+	for _, name := range []string{"process", "pid", "status", "output", "output_next_offset", "output_total_bytes"} {
+		s.Properties.Delete(name)
+	}
+	schemaProp(s, "full_output").Properties.Delete("output")
+}
+
+// withoutBackground removes what workspace_exec's schema offers for
+// background processes, for a server without the process toolset (nothing
+// could follow, feed or stop them).
+func withoutBackground(s *jsonschema.Schema) {
+	s.Properties.Delete("background")
+	s.Properties.Delete("wait_sec")
+	for _, name := range []string{"stdin", "timeout_sec"} {
+		p := schemaProp(s, name)
+		p.Description, _, _ = strings.Cut(p.Description, " For a background process")
+	}
 }
 
 // fullOutput names the log files a run wrote, relative to the workspace.
@@ -69,6 +110,10 @@ type execOutput struct {
 	DurationMs       int64       `json:"duration_ms" jsonschema_description:"Wall time of the command in milliseconds (for a background start: the time to start it)."`
 	FullOutput       *fullOutput `json:"full_output,omitempty" jsonschema_description:"Workspace-relative paths of the log files holding the complete output; only logs that were written are listed."`
 	Process          string      `json:"process,omitempty" jsonschema_description:"Background only: the process handle (g<generation>-p<pid>) for process_output, process_input, process_signal."`
+	Status           string      `json:"status,omitempty" jsonschema:"enum=running,enum=exited,enum=killed,enum=unknown" jsonschema_description:"Background only: the process's status when the start returned (running, or exited or killed when it ended within wait_sec)."`
+	Output           *string     `json:"output,omitempty" jsonschema_description:"Background only: the output (stdout and stderr interleaved) the process wrote within wait_sec, from the start of its log."`
+	OutputNext       *int64      `json:"output_next_offset,omitempty" jsonschema_description:"Background only: the log offset after output; pass it to process_output as offset to read on."`
+	OutputTotal      *int64      `json:"output_total_bytes,omitempty" jsonschema_description:"Background only: the log's size when the start returned (more than output_next_offset when output was cut)."`
 	Pid              uint32      `json:"pid,omitempty" jsonschema_description:"Background only: the process id inside the sandbox."`
 	TimeoutSec       int64       `json:"timeout_sec,omitempty" jsonschema_description:"The timeout in effect, in seconds, after clamping (absent for a background process without a deadline)."`
 	Cwd              string      `json:"cwd,omitempty" jsonschema_description:"The shell's working directory when the command ended (where it started, for argv, a background process or a command killed before it finished), relative to the workspace root (. for the root). The next command starts there."`
@@ -78,14 +123,27 @@ type execOutput struct {
 // WorkspaceExec is the workspace_exec tool: it runs a command in the
 // workspace and waits for it (or starts it in the background).
 func WorkspaceExec(d *Deps) Tool {
+	logs := "saved whole in a log under .sandbox-mcp/runs/"
+	if d.Config.hasToolset(ToolsetFiles) {
+		logs += " that read_files can page through"
+	}
+	long := "Commands are killed at timeout_sec (the server clamps it to its ceiling), with whatever they left running; for servers, watchers or anything long, set background: true: the start returns the first output and a handle to follow with process_output."
+	var edit, editOut func(*jsonschema.Schema)
+	if !d.Config.hasToolset(ToolsetProcess) {
+		editOut = withoutBackgroundOutput
+		long = "Commands are killed at timeout_sec (the server clamps it to its ceiling), with whatever they left running; on this server no command outlives its call, so give anything long a timeout_sec to match."
+		edit = withoutBackground
+	}
 	return define(d, spec[execInput, execOutput]{
 		name:  "workspace_exec",
 		title: "Run a command in the workspace",
 		description: "Run a shell command (bash -c, in the sandbox's login environment) or an argv in the sandbox's workspace and wait for it; returns exit_code, stdout, stderr and timing. " +
 			"A non-zero exit code is a normal result, not a failure of the tool. " +
-			"The working directory persists between calls: a cd carries over to the next command and each result shows the cwd; nothing else does: every command is a fresh shell, so exported variables, aliases and functions are gone next time (set them in the same command, or use env). Each stream is shown inline up to the server's limit (first and last part, with a marker) and saved whole in a log under .sandbox-mcp/runs/ that read_files can page through. " +
-			"Commands are killed at timeout_sec (the server clamps it to its ceiling). For servers, watchers or anything long, set background: true and follow the process with process_output.",
-		toolset: ToolsetExec,
+			"The working directory persists between calls: a cd carries over to the next command and each result shows the cwd; nothing else does: every command is a fresh shell, so exported variables, aliases and functions are gone next time (set them in the same command, or use env). Each stream is shown inline up to the server's limit (first and last part, with a marker) and " + logs + ". " +
+			long,
+		inputSchema:  edit,
+		outputSchema: editOut,
+		toolset:      ToolsetExec,
 		annotations: Annotations{
 			ReadOnly:    false,
 			Destructive: true, // an arbitrary command can delete or overwrite anything in the sandbox
@@ -174,6 +232,12 @@ func checkExec(d *Deps, in *execInput) (*execPlan, error) {
 	case !in.Background:
 		p.timeout = d.Config.DefaultTimeout
 	}
+	if in.Background && !d.Config.hasToolset(ToolsetProcess) {
+		return nil, inputErr("background", "this server does not offer background processes (the process toolset is not enabled), so nothing could follow or stop one; run the command in the foreground with a timeout_sec long enough")
+	}
+	if in.WaitSec != nil && !in.Background {
+		return nil, inputErr("wait_sec", "applies only to background: true (a foreground command is waited for up to timeout_sec)")
+	}
 	if in.Command != "" {
 		p.describe = in.Command
 	} else {
@@ -246,13 +310,16 @@ func runExec(ctx context.Context, c *Call, in *execInput) (*execOutput, error) {
 	} else {
 		cmd.Cmd, cmd.Args = in.Argv[0], in.Argv[1:]
 	}
+	if claim != nil {
+		cmd.Env = withVar(cmd.Env, runMarkerVar, claim.ID())
+	}
 	out := &execOutput{}
 	if plan.timeout > 0 {
 		out.TimeoutSec = int64(plan.timeout / time.Second)
 	}
 	if plan.clamped {
 		out.TimeoutClamped = true
-		c.Notice("%s", clampNotice(plan.asked, c.d.Config.MaxTimeout))
+		c.Notice("%s", clampNotice(plan.asked, c.d.Config.MaxTimeout, c.d.Config.hasToolset(ToolsetProcess)))
 	}
 	if in.Background {
 		out.Cwd = r.rel(cwd)
@@ -322,7 +389,75 @@ func runForeground(ctx context.Context, c *Call, lease *manage.Lease, r *pathRes
 	out.DurationMs = res.Duration.Milliseconds()
 	showStreams(c, r, res, logPaths, logErrs, out)
 	networkNotice(c, lease.Sandbox, out.Stdout, out.Stderr)
+	if res.TimedOut {
+		timeoutNotices(ctx, c, lease, claim.ID(), plan.timeout)
+	}
 	return out, nil
+}
+
+// withVar returns env (not changed) with name set to value.
+func withVar(env map[string]string, name, value string) map[string]string {
+	out := make(map[string]string, len(env)+1)
+	for k, v := range env {
+		out[k] = v
+	}
+	out[name] = value
+	return out
+}
+
+// timeoutNotices explains a foreground command's timeout: how to run it
+// instead, and which processes it left behind (detached from its process
+// group, which envd killed), which are killed too: a foreground command is
+// over once it timed out, and what it started would otherwise keep running
+// unseen, with no handle to follow or stop it.
+func timeoutNotices(ctx context.Context, c *Call, lease *manage.Lease, runID string, timeout time.Duration) {
+	hint := fmt.Sprintf("raise timeout_sec (the server's ceiling is %d s) if it needs longer", int64(c.d.Config.MaxTimeout/time.Second))
+	if c.d.Config.hasToolset(ToolsetProcess) {
+		hint = "for a server, a watcher or anything long, run it with background: true: the start returns its first output and a handle, and process_output follows it"
+	}
+	c.Notice("The command did not finish within its timeout of %d s and was killed; %s.", int64(timeout/time.Second), hint)
+	n, left, err := killLeftovers(ctx, lease.Client, runID)
+	switch {
+	case err != nil:
+		c.d.Logger.Warn("looking for processes a timed-out command left", "run", runID, "err", err)
+	case n > len(left):
+		c.Notice("The command had left %d processes running outside its process group (setsid, nohup or a daemon); they were killed as well, among them: %s.", n, strings.Join(left, "; "))
+	case n > 0:
+		c.Notice("The command had left %d process(es) running outside its process group (setsid, nohup or a daemon); they were killed as well: %s.", n, strings.Join(left, "; "))
+	}
+}
+
+// leftoverScript kills every process whose environment carries the run
+// marker ($1 is NAME=VALUE), prints the pid and command line of the first
+// 10, then how many it killed. It is POSIX sh over /proc, so it runs in any
+// Linux sandbox.
+const leftoverScript = `m=$1; n=0
+for d in /proc/[0-9]*; do
+  p=${d#/proc/}
+  [ "$p" = "$$" ] && continue
+  if tr '\000' '\n' <"$d/environ" 2>/dev/null | grep -qxF -e "$m"; then
+    c=$(tr '\000' ' ' <"$d/cmdline" 2>/dev/null | cut -c1-120)
+    if kill -9 "$p" 2>/dev/null; then
+      n=$((n+1)); [ "$n" -le 10 ] && printf '%s %s\n' "$p" "$c"
+    fi
+  fi
+done; echo "$n"`
+
+// killLeftovers kills the processes of run runID that outlived it (see
+// runMarkerVar); it returns how many and describes the first ones ("pid
+// command").
+func killLeftovers(ctx context.Context, cli *envdclient.Client, runID string) (int, []string, error) {
+	res, err := cli.Run(ctx, envdclient.Command{Cmd: "/bin/sh", Args: []string{"-c", leftoverScript, "sh", runMarkerVar + "=" + runID}, Timeout: 30 * time.Second},
+		envdclient.RunOptions{StdoutLimit: 8 << 10, StderrLimit: 1 << 10})
+	if err != nil {
+		return 0, nil, err
+	}
+	lines := strings.Split(strings.TrimSpace(string(res.Stdout.Bytes())), "\n")
+	n, err := strconv.Atoi(lines[len(lines)-1])
+	if err != nil || res.ExitCode != 0 {
+		return 0, nil, fmt.Errorf("the scan exited with status %d: %s", res.ExitCode, strings.TrimSpace(string(res.Stderr.Bytes())))
+	}
+	return n, lines[:len(lines)-1], nil
 }
 
 // startProgress makes a run report progress while it goes, when the client
@@ -421,7 +556,43 @@ func startBackground(ctx context.Context, c *Call, lease *manage.Lease, r *pathR
 	out.RunID = runID
 	out.Process = e.handle
 	out.Pid = e.pid
-	out.DurationMs = time.Since(started).Milliseconds()
 	out.FullOutput = &fullOutput{Output: e.logRel}
+	wait := defaultStartWait
+	if plan.in.WaitSec != nil {
+		wait = time.Duration(*plan.in.WaitSec) * time.Second
+	}
+	page := func() (logPage, error) {
+		end, ended := e.state()
+		p, err := readLog(ctx, lease.Client, e.logAbs, 0, startOutputBytes)
+		p.end, p.ended = end, ended
+		return p, err
+	}
+	var p logPage
+	if wait > 0 {
+		p, err = waitForOutput(ctx, c, lease.Client, e, wait, c.d.Config.OutputSettle, startOutputBytes, page)
+	} else {
+		p, err = page()
+	}
+	if err != nil {
+		return nil, c.Check(err)
+	}
+	out.DurationMs = time.Since(started).Milliseconds()
+	n := len(p.data)
+	if !p.ended || int64(n) < p.size {
+		n = cutAtRune(p.data)
+	}
+	text, bad := validText(p.data[:n])
+	next, total := int64(n), p.size
+	out.Output, out.OutputNext, out.OutputTotal = &text, &next, &total
+	if bad {
+		c.Notice("%s", invalidUTF8Notice("The output", e.logRel))
+	}
+	st := statusOf(p.end)
+	out.Status, out.ExitCode, out.Signal, out.TimedOut = st.Status, st.ExitCode, st.Signal, st.TimedOut
+	if p.ended && (st.Signal != "" || st.ExitCode != nil && *st.ExitCode != 0) {
+		// It failed before the start returned (a mistyped command, a
+		// missing file, a port in use): that is the answer to the start.
+		return nil, &resultError{text: out.ModelText()}
+	}
 	return out, nil
 }

@@ -60,15 +60,14 @@ type fileEntry struct {
 
 // ListFiles is the list_files tool: a directory tree to a depth, filtered
 // by an optional glob and capped at max_entries. The tools' own run logs
-// (.sandbox-mcp) show as one directory entry; their contents are listed
-// only when path or glob names that directory.
+// (.sandbox-mcp) are left out unless path or glob names that directory.
 func ListFiles(d *Deps) Tool {
 	return define(d, spec[listFilesInput, listFilesOutput]{
 		name:  "list_files",
 		title: "List files",
 		description: "List a workspace directory to a depth (default 2) with each entry's type, size, mode and modification time, optionally filtered by a glob (** matches any number of directories). " +
 			"At most max_entries entries (default 1000, up to 5000) and 64 KiB; total, truncated and next_offset say when more matched and how to continue (offset). " +
-			"The tools' own run logs live in .sandbox-mcp; their contents are listed only when path or glob names that directory.",
+			"The tools' own run logs live in .sandbox-mcp, which listings leave out unless path or glob names it.",
 		toolset:     ToolsetFiles,
 		annotations: Annotations{ReadOnly: true, Destructive: false, Idempotent: true, OpenWorld: false},
 		run:         runListFiles,
@@ -116,7 +115,7 @@ func runListFiles(ctx context.Context, c *Call, in *listFilesInput) (*listFilesO
 	// result's JSON bytes), so what is held stays within them.
 	add := func(e envdclient.Entry) error {
 		rel := r.rel(e.Path)
-		if !showToolData && underToolData(rel) {
+		if !showToolData && (rel == toolDataDir || underToolData(rel)) {
 			return nil
 		}
 		if g != nil && !g.match(rel) && (base == "." || !g.match(strings.TrimPrefix(rel, base+"/"))) {

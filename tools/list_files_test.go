@@ -27,7 +27,8 @@ func TestListFiles(t *testing.T) {
 		return p
 	}
 	out, _ := okAs[listFilesOutput](h, "list_files", map[string]any{})
-	want := []string{toolDataDir, "a", "a/b", "a/x.txt", "top.txt", "xlink"}
+	// The tools' own directory is left out unless asked for.
+	want := []string{"a", "a/b", "a/x.txt", "top.txt", "xlink"}
 	if got := paths(out); !slices.Equal(got, want) || out.Path != "." || out.Total != len(want) || out.Truncated {
 		t.Errorf("default listing = %v (total %d), want %v", got, out.Total, want)
 	}
@@ -48,7 +49,7 @@ func TestListFiles(t *testing.T) {
 		}
 	}
 	out, _ = okAs[listFilesOutput](h, "list_files", map[string]any{"depth": 1})
-	if got := paths(out); !slices.Equal(got, []string{toolDataDir, "a", "top.txt", "xlink"}) {
+	if got := paths(out); !slices.Equal(got, []string{"a", "top.txt", "xlink"}) {
 		t.Errorf("depth 1 = %v", got)
 	}
 	out, _ = okAs[listFilesOutput](h, "list_files", map[string]any{"glob": "**/*.txt"})
@@ -70,7 +71,12 @@ func TestListFiles(t *testing.T) {
 		t.Errorf("truncated listing: %d entries, total %d, truncated %v: %v", len(out.Entries), out.Total, out.Truncated, paths(out))
 	}
 	mustContain(t, resultText(res), "NOTICE:", "entries 1-2", "at least 3 matched")
-	// The tools' own logs show when asked for by name.
+	// The tools' own logs show when asked for by name (the directory itself
+	// too, with a glob that names it).
+	out, _ = okAs[listFilesOutput](h, "list_files", map[string]any{"glob": toolDataDir, "depth": 1})
+	if got := paths(out); !slices.Equal(got, []string{toolDataDir}) {
+		t.Errorf("glob naming .sandbox-mcp = %v", got)
+	}
 	out, _ = okAs[listFilesOutput](h, "list_files", map[string]any{"path": toolDataDir, "depth": 3})
 	if got := paths(out); !slices.Contains(got, toolDataDir+"/runs/1/stdout.log") {
 		t.Errorf("listing .sandbox-mcp = %v", got)

@@ -51,13 +51,7 @@ func withNewline(s string) string {
 func (o *execOutput) ModelText() string {
 	var b strings.Builder
 	if o.Process != "" {
-		log := ""
-		if o.FullOutput != nil {
-			log = "log " + o.FullOutput.Output
-		}
-		b.WriteString(statusLine("started in the background: process "+o.Process, fmt.Sprintf("pid %d", o.Pid), log, cwdText(o.Cwd)))
-		b.WriteString("\nFollow it with process_output, write to it with process_input, stop it with process_signal.")
-		return b.String()
+		return o.backgroundText()
 	}
 	exit := ""
 	switch {
@@ -99,6 +93,54 @@ func (o *execOutput) ModelText() string {
 		b.WriteString(withNewline(stdout))
 	}
 	return strings.TrimSuffix(b.String(), "\n")
+}
+
+// backgroundText renders a background start: a status line (the handle,
+// the status, how much output came), what to do next while it runs, then
+// the first output as it is.
+func (o *execOutput) backgroundText() string {
+	var b strings.Builder
+	log := ""
+	if o.FullOutput != nil {
+		log = "log " + o.FullOutput.Output
+	}
+	status := processStatus{Status: o.Status, ExitCode: o.ExitCode, Signal: o.Signal, TimedOut: o.TimedOut}
+	head := "started in the background: process " + o.Process
+	if o.Status != "" && o.Status != statusRunning {
+		head = "background process " + o.Process + " ended right after its start: " + status.statusText()
+	} else if o.Status != "" {
+		head += " (running)"
+	}
+	output, next, total := derefText(o.Output), int64(0), int64(0)
+	if o.OutputNext != nil {
+		next = *o.OutputNext
+	}
+	if o.OutputTotal != nil {
+		total = *o.OutputTotal
+	}
+	amount := ""
+	switch {
+	case o.Output == nil:
+	case output == "":
+		amount = "no output yet"
+	case total > next:
+		amount = fmt.Sprintf("first %s bytes of output (%s so far)", groupDigits(next), groupDigits(total))
+	default:
+		amount = fmt.Sprintf("%s bytes of output", groupDigits(next))
+	}
+	b.WriteString(statusLine(head, fmt.Sprintf("pid %d", o.Pid), durationText(o.DurationMs), amount, log, cwdText(o.Cwd)))
+	if o.Status == "" || o.Status == statusRunning {
+		follow := "process_output"
+		if next > 0 {
+			follow = fmt.Sprintf("process_output (offset %d)", next)
+		}
+		b.WriteString("\nFollow it with " + follow + ", write to it with process_input, stop it with process_signal.")
+	}
+	if output != "" {
+		b.WriteString("\n--- output ---\n")
+		b.WriteString(strings.TrimSuffix(output, "\n"))
+	}
+	return b.String()
 }
 
 // cwdText is the cwd clause of workspace_exec's status line.
@@ -285,7 +327,23 @@ func (o *processInputOutput) ModelText() string {
 	if o.Closed {
 		s += "; stdin is now closed"
 	}
-	return s
+	if o.Output == nil {
+		return s
+	}
+	status := processStatus{Status: o.Status, ExitCode: o.ExitCode}
+	answer := "no output within the wait"
+	if *o.Output != "" {
+		answer = fmt.Sprintf("output bytes %d-%d", *o.Offset, *o.NextOffset)
+	}
+	more := fmt.Sprintf("next offset %d", *o.NextOffset)
+	if o.Truncated {
+		more = fmt.Sprintf("more available: offset %d", *o.NextOffset)
+	}
+	s = statusLine(s, "process "+status.statusText(), answer, more)
+	if *o.Output == "" {
+		return s
+	}
+	return s + "\n" + strings.TrimSuffix(*o.Output, "\n")
 }
 
 // ModelText renders process_signal's result.
@@ -373,4 +431,66 @@ func (o *workspaceInfoOutput) ModelText() string {
 // ModelText renders workspace_reset's result.
 func (o *workspaceResetOutput) ModelText() string {
 	return fmt.Sprintf("new sandbox %s, generation %d (generation %d and everything in it is gone)", o.SandboxID, o.Generation, o.PreviousGeneration)
+}
+
+// ModelText renders stage_inputs' result: a total, then a line per input
+// (source -> destination, what was written) and one per skipped entry.
+func (o *stageInputsOutput) ModelText() string {
+	var b strings.Builder
+	files, bytes := 0, int64(0)
+	for _, s := range o.Staged {
+		files += s.Files
+		bytes += s.Bytes
+	}
+	fmt.Fprintf(&b, "staged %d input(s): %d file(s), %s bytes", len(o.Staged), files, groupDigits(bytes))
+	for _, s := range o.Staged {
+		what := fmt.Sprintf("%d file(s), %s bytes", s.Files, groupDigits(s.Bytes))
+		if s.Mode == "link" {
+			what = "symbolic link"
+		}
+		fmt.Fprintf(&b, "\n%s -> %s  %s", s.From, s.To, what)
+	}
+	if len(o.Skipped) > 0 {
+		b.WriteString("\nskipped:")
+		for _, sk := range o.Skipped {
+			fmt.Fprintf(&b, "\n%s %s: %s", sk.From, sk.Path, sk.Reason)
+		}
+	}
+	return b.String()
+}
+
+// ModelText renders collect_outputs' result: a total (what matched, what
+// cut the list), then a line per artifact with its ref, and the inline
+// contents asked for, each after a label line.
+func (o *collectOutputsOutput) ModelText() string {
+	var b strings.Builder
+	var total int64
+	for _, a := range o.Artifacts {
+		total += a.Bytes
+	}
+	head := fmt.Sprintf("collected %d of %d matching file(s), %s bytes, into the artifact store", len(o.Artifacts), o.Matched, groupDigits(total))
+	limits := ""
+	if len(o.LimitsHit) > 0 {
+		limits = "stopped at " + strings.Join(o.LimitsHit, ", ")
+	}
+	unmatched := ""
+	if len(o.Unmatched) > 0 {
+		unmatched = "no match: " + strings.Join(o.Unmatched, ", ")
+	}
+	b.WriteString(statusLine(head, limits, unmatched))
+	for _, a := range o.Artifacts {
+		fmt.Fprintf(&b, "\n%s  %s bytes  %s", a.Path, groupDigits(a.Bytes), a.Ref)
+		if a.ContentOmitted != "" {
+			b.WriteString("  (not inline: " + a.ContentOmitted + ")")
+		}
+	}
+	if len(o.Artifacts) > 0 {
+		b.WriteString("\nstage_inputs with a ref brings an artifact back (also into a new sandbox).")
+	}
+	for _, a := range o.Artifacts {
+		if a.Content != "" {
+			fmt.Fprintf(&b, "\n--- %s ---\n%s", a.Path, strings.TrimSuffix(a.Content, "\n"))
+		}
+	}
+	return b.String()
 }

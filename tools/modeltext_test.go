@@ -60,9 +60,72 @@ func renderedCases() []renderedCase {
 			StdoutTotalBytes: ptr(int64(0)), StderrTotalBytes: ptr(int64(0)), DurationMs: 5003, Cwd: ".", TimeoutSec: 5,
 		}, execSchema, nil)},
 		{name: "exec_background", render: ok("workspace_exec", &execOutput{
-			RunID: "g1-r7", Process: "g1-p4242", Pid: 4242, DurationMs: 3, Cwd: ".",
+			RunID: "g1-r7", Process: "g1-p4242", Pid: 4242, DurationMs: 312, Cwd: ".", Status: "running",
+			Output: ptr(">>> "), OutputNext: ptr(int64(4)), OutputTotal: ptr(int64(4)),
 			FullOutput: &fullOutput{Output: ".sandbox-mcp/runs/g1-r7/output.log"},
 		}, execSchema, nil)},
+		{name: "exec_background_silent", render: ok("workspace_exec", &execOutput{
+			RunID: "g1-r8", Process: "g1-p4243", Pid: 4243, DurationMs: 1004, Cwd: "srv", Status: "running",
+			Output: ptr(""), OutputNext: ptr(int64(0)), OutputTotal: ptr(int64(0)),
+			FullOutput: &fullOutput{Output: ".sandbox-mcp/runs/g1-r8/output.log"},
+		}, execSchema, nil)},
+		{name: "exec_background_failed", render: func(c *Call) *mcp.CallToolResult {
+			c.tool = "workspace_exec"
+			out := &execOutput{
+				RunID: "g1-r9", Process: "g1-p4244", Pid: 4244, DurationMs: 21, Cwd: ".", Status: "exited", ExitCode: ptr(127),
+				Output: ptr("bash: line 1: pyhton3: command not found\n"), OutputNext: ptr(int64(41)), OutputTotal: ptr(int64(41)),
+				FullOutput: &fullOutput{Output: ".sandbox-mcp/runs/g1-r9/output.log"},
+			}
+			return c.errorResult(&resultError{text: out.ModelText()})
+		}},
+		{name: "exec_timeout_leftovers", notices: []string{
+			"The command did not finish within its timeout of 5 s and was killed; for a server, a watcher or anything long, run it with background: true: the start returns its first output and a handle, and process_output follows it.",
+			"The command had left 1 process(es) running outside its process group (setsid, nohup or a daemon); they were killed as well: 4301 sleep 301.",
+		}, render: ok("workspace_exec", &execOutput{
+			RunID: "g1-r10", ExitCode: ptr(137), Signal: "killed", TimedOut: true, Stdout: ptr("started\n"), Stderr: ptr(""),
+			StdoutTotalBytes: ptr(int64(8)), StderrTotalBytes: ptr(int64(0)), DurationMs: 5010, Cwd: ".", TimeoutSec: 5,
+			FullOutput: &fullOutput{Stdout: ".sandbox-mcp/runs/g1-r10/stdout.log"},
+		}, execSchema, nil)},
+		{name: "process_output", render: ok("process_output", &processOutputOutput{
+			Process: "g1-p4242", RunID: "g1-r7", processStatus: processStatus{Status: "running"},
+			Output: "=1+1 <ok> & done\n>>> ", Offset: 4, NextOffset: 25, TotalBytes: 25, Log: ".sandbox-mcp/runs/g1-r7/output.log",
+		}, compileSchema("process_output", "output", schemaOf[processOutputOutput]()), nil)},
+		{name: "process_output_ended", render: ok("process_output", &processOutputOutput{
+			Process: "g1-p4245", RunID: "g1-r11", processStatus: processStatus{Status: "exited", ExitCode: ptr(2)},
+			Output: "FAILED tests/test_a.py::test_x\n", Offset: 120, NextOffset: 151, TotalBytes: 151, EOF: true, Log: ".sandbox-mcp/runs/g1-r11/output.log",
+		}, compileSchema("process_output", "output", schemaOf[processOutputOutput]()), nil)},
+		{name: "process_input", render: ok("process_input", &processInputOutput{
+			Process: "g1-p4242", Written: 4, Status: "running",
+			Output: ptr("=1+1 <ok> & done\n>>> "), Offset: ptr(int64(4)), NextOffset: ptr(int64(25)),
+		}, compileSchema("process_input", "output", schemaOf[processInputOutput]()), nil)},
+		{name: "process_input_nowait", render: ok("process_input", &processInputOutput{
+			Process: "g1-p4242", Written: 5, Closed: true,
+		}, compileSchema("process_input", "output", schemaOf[processInputOutput]()), nil)},
+		{name: "process_signal", render: ok("process_signal", &processSignalOutput{
+			Process: "g1-p4242", processStatus: processStatus{Status: "killed", Signal: "terminated", ExitCode: ptr(143)}, Sent: []string{"TERM"},
+		}, compileSchema("process_signal", "output", schemaOf[processSignalOutput]()), nil)},
+		{name: "process_list", render: ok("process_list", &processListOutput{
+			Processes: []processInfo{
+				{Process: "g1-p4242", Pid: 4242, RunID: "g1-r7", Command: "python3 -m http.server 8000", processStatus: processStatus{Status: "running"}, StartedAt: "2026-12-01T12:00:00Z", Log: ".sandbox-mcp/runs/g1-r7/output.log"},
+				{Process: "g1-p4245", Pid: 4245, RunID: "g1-r11", Command: "pytest -q", processStatus: processStatus{Status: "exited", ExitCode: ptr(2)}, StartedAt: "2026-12-01T12:01:00Z", EndedAt: "2026-12-01T12:01:09Z", Log: ".sandbox-mcp/runs/g1-r11/output.log"},
+			},
+			Others: []otherProcess{{Pid: 4301, Command: "sleep 301"}},
+		}, compileSchema("process_list", "output", schemaOf[processListOutput]()), nil)},
+		{name: "stage_inputs", notices: []string{"1 entr(ies) of the staged directories were skipped (special files, or symlinks leading outside or to directories); skipped lists 1 of them."}, render: ok("stage_inputs", &stageInputsOutput{
+			Staged: []stagedInput{
+				{From: "host://data/sales", To: "sales", Mode: "copy", Files: 12, Bytes: 1_048_576},
+				{From: "artifact://run-1/report.csv", To: "in/report.csv", Mode: "copy", Files: 1, Bytes: 2048},
+				{From: "workspace://sales", To: "latest", Mode: "link", Files: 1},
+			},
+			Skipped: []skippedFile{{From: "host://data/sales", Path: "tmp/socket", Reason: "not a regular file or directory"}},
+		}, compileSchema("stage_inputs", "output", schemaOf[stageInputsOutput]()), nil)},
+		{name: "collect_outputs", notices: []string{"collect_outputs stopped at max_files (2): 3 files matched; raise max_files or narrow the globs, and collect the rest with another call."}, render: ok("collect_outputs", &collectOutputsOutput{
+			Artifacts: []artifactOut{
+				{Name: "out/plot.png", Ref: "artifact://out/plot.png", Path: "out/plot.png", Bytes: 20_480, SHA256: strings.Repeat("ab", 32), ContentOmitted: binaryOmitted([]byte("\x89PNG\r\n\x1a\n"))},
+				{Name: "out/summary.txt", Ref: "artifact://out/summary.txt", Path: "out/summary.txt", Bytes: 24, SHA256: strings.Repeat("cd", 32), Content: "rows: 120\nmean: 3 < 4\n"},
+			},
+			Matched: 3, LimitsHit: []string{"max_files"}, Unmatched: []string{"logs/*.log"},
+		}, compileSchema("collect_outputs", "output", schemaOf[collectOutputsOutput]()), nil)},
 		{name: "read_files", render: ok("read_files", read, readSchema, func(first int) []mcp.Content { return readFilesContent(read, first) })},
 		{name: "list_files", notices: []string{"list_files shows entries 1-5 of 9 (max_entries 5); continue with offset 5, or narrow the listing with path, depth or glob."}, render: ok("list_files", &listFilesOutput{
 			Path: ".", Total: 9, Truncated: true, NextOffset: 5, Entries: []fileEntry{

@@ -88,8 +88,12 @@ func eventNotice(ev manage.Event) string {
 // has of its predecessor.
 const workspaceKeptText = "Files in the workspace directory were kept (this workspace keeps them in a volume), but installed packages, changes outside the workspace and running processes from before are gone."
 
-// clampNotice says a timeout was lowered to the ceiling.
-func clampNotice(asked, ceiling time.Duration) string {
+// clampNotice says a timeout was lowered to the ceiling; background says
+// the server runs background processes, which longer work should be.
+func clampNotice(asked, ceiling time.Duration, background bool) string {
+	if !background {
+		return fmt.Sprintf("timeout_sec %d was clamped to the server's ceiling of %d s.", int64(asked/time.Second), int64(ceiling/time.Second))
+	}
 	return fmt.Sprintf("timeout_sec %d was clamped to the server's ceiling of %d s; for longer work start the command with background: true and follow it with process_output.",
 		int64(asked/time.Second), int64(ceiling/time.Second))
 }

@@ -49,7 +49,7 @@ func ProcessList(d *Deps) Tool {
 	return define(d, spec[processListInput, processListOutput]{
 		name:  "process_list",
 		title: "List background processes",
-		description: "List the processes started with workspace_exec background: true in this workspace's current sandbox: handle, pid, command, status, exit_code, start time and log path. " +
+		description: "List the processes " + startedBy(d) + " in this workspace's current sandbox: handle, pid, command, status, exit_code, start time and log path. " +
 			"Also lists other processes running in the sandbox (foreground commands in progress, anything else) under others. Use it to find a handle you lost or to check what is still running.",
 		toolset:     ToolsetProcess,
 		annotations: Annotations{ReadOnly: true, Destructive: false, Idempotent: true, OpenWorld: false},

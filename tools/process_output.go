@@ -25,7 +25,7 @@ const (
 type processOutputInput struct {
 	Process  string `json:"process" jsonschema:"required" jsonschema_description:"The process handle workspace_exec returned for a background command (like g1-p42); its run_id (like g1-r3) works too."`
 	Offset   int64  `json:"offset,omitempty" jsonschema:"minimum=0" jsonschema_description:"Byte offset in the process's combined output log to read from. Default 0; pass the previous result's next_offset to continue."`
-	WaitSec  int    `json:"wait_sec,omitempty" jsonschema:"minimum=0" jsonschema_description:"Seconds to wait (0 to 60) for output past offset or for the process to end, when there is none yet. Default 0: answer at once."`
+	WaitSec  int    `json:"wait_sec,omitempty" jsonschema:"minimum=0" jsonschema_description:"Seconds to wait at most (0 to 60) for output: the wait ends when the process ends, or when new output arrived and then paused (a short settle time with no writes), or when a page is full. Default 0: answer at once."`
 	MaxBytes int    `json:"max_bytes,omitempty" jsonschema:"minimum=1" jsonschema_description:"Most bytes of output to return (default 32768, at most 1048576)."`
 }
 
@@ -58,8 +58,8 @@ func ProcessOutput(d *Deps) Tool {
 	return define(d, spec[processOutputInput, processOutputOutput]{
 		name:  "process_output",
 		title: "Read a background process's output",
-		description: "Read the output (stdout and stderr interleaved) of a process started with workspace_exec background: true, from a byte offset; pass next_offset back to continue. " +
-			"With wait_sec it waits up to that long for new output or for the process to end, so you can follow a process without busy polling. " +
+		description: "Read the output (stdout and stderr interleaved) of a process " + startedBy(d) + ", from a byte offset; pass next_offset back to continue. " +
+			"With wait_sec it waits up to that long, until the process ends or its new output pauses, so one call returns a whole burst of output (a prompt, a server's startup lines) without busy polling. " +
 			"It also reports the status (running, exited, killed) and exit_code, and works after the process ended: its log stays in the workspace.",
 		toolset:     ToolsetProcess,
 		annotations: Annotations{ReadOnly: true, Destructive: false, Idempotent: true, OpenWorld: false},
@@ -88,8 +88,8 @@ func runProcessOutput(ctx context.Context, c *Call, in *processOutputInput) (*pr
 	if err != nil {
 		return nil, c.Check(err)
 	}
-	if len(p.data) == 0 && !p.ended && in.WaitSec > 0 {
-		if p, err = waitForOutput(ctx, c, cli, e, time.Duration(in.WaitSec)*time.Second, page); err != nil {
+	if !p.ended && in.WaitSec > 0 && int64(len(p.data)) < limit {
+		if p, err = waitForOutput(ctx, c, cli, e, time.Duration(in.WaitSec)*time.Second, c.d.Config.OutputSettle, limit, page); err != nil {
 			return nil, err
 		}
 	}
@@ -146,17 +146,19 @@ func readLog(ctx context.Context, cli *envdclient.Client, abs string, offset, li
 	return logPage{data: data, size: size}, nil
 }
 
-// waitForOutput blocks until the log grows past the offset, the process
-// ends, wait passes, or ctx ends. It watches the run directory for writes
-// (no polling) and listens for the registry's end notification.
-func waitForOutput(ctx context.Context, c *Call, cli *envdclient.Client, e *procEntry, wait time.Duration, page func() (logPage, error)) (logPage, error) {
+// waitForOutput blocks until the process ends, or output past the offset
+// arrived and then went quiet for settle (no write for that long), or a
+// full page (limit bytes) is there, or wait passes, or ctx ends; it returns
+// the page read last. It watches the run directory for writes (no polling)
+// and listens for the registry's end notification.
+func waitForOutput(ctx context.Context, c *Call, cli *envdclient.Client, e *procEntry, wait, settle time.Duration, limit int64, page func() (logPage, error)) (logPage, error) {
 	timer := time.NewTimer(wait)
 	defer timer.Stop()
 	var events <-chan envdclient.FileEvent
 	var poll <-chan time.Time
 	var ticker *time.Ticker
 	startPolling := func() {
-		ticker = time.NewTicker(watchFallbackPoll)
+		ticker = time.NewTicker(min(watchFallbackPoll, settle))
 		poll = ticker.C
 	}
 	defer func() {
@@ -177,27 +179,68 @@ func waitForOutput(ctx context.Context, c *Call, cli *envdclient.Client, e *proc
 		// The sandbox cannot watch this directory: look now and then instead.
 		startPolling()
 	}
+	// quiet fires settle after the last write seen, once output arrived.
+	quiet := time.NewTimer(settle)
+	quiet.Stop()
+	defer quiet.Stop()
+	var p logPage
+	seen := false      // output past the offset arrived
+	lastSize := p.size // the log's size at the last look
+	// look reads the page and says whether the wait is over: the process
+	// ended or the page is full. Output seen for the first time (or, when
+	// polling, growth) starts the quiet timer again.
+	look := func() (bool, error) {
+		var err error
+		if p, err = page(); err != nil {
+			return false, c.Check(err)
+		}
+		if p.ended || int64(len(p.data)) >= limit {
+			return true, nil
+		}
+		if len(p.data) > 0 && (!seen || p.size != lastSize) {
+			seen = true
+			quiet.Reset(settle)
+		}
+		lastSize = p.size
+		return false, nil
+	}
+	// Look after the watch is in place, so no write falls in between.
+	if done, err := look(); done || err != nil {
+		return p, err
+	}
 	for {
-		// Read after the watch is in place, so no write falls in between.
-		p, err := page()
-		if err != nil {
-			return logPage{}, c.Check(err)
-		}
-		if len(p.data) > 0 || p.ended {
-			return p, nil
-		}
 		select {
 		case _, ok := <-events:
 			if !ok {
 				events = nil
 				startPolling()
 			}
+			if seen {
+				// Output keeps coming: wait for it to pause.
+				quiet.Reset(settle)
+				continue
+			}
 		case <-poll:
+		case <-quiet.C:
+			before := lastSize
+			if done, err := look(); done || err != nil {
+				return p, err
+			}
+			// No write for settle: quiet. Without a watch, growth since
+			// the last look means it is still writing.
+			if events != nil || p.size == before {
+				return p, nil
+			}
+			continue
 		case <-e.done:
 		case <-timer.C:
-			return p, nil
+			_, err := look()
+			return p, err
 		case <-ctx.Done():
 			return logPage{}, ctx.Err()
+		}
+		if done, err := look(); done || err != nil {
+			return p, err
 		}
 	}
 }

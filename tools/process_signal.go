@@ -35,7 +35,7 @@ func ProcessSignal(d *Deps) Tool {
 	return define(d, spec[processSignalInput, processSignalOutput]{
 		name:  "process_signal",
 		title: "Stop a background process",
-		description: fmt.Sprintf("Stop a process started with workspace_exec background: true, with its children. "+
+		description: fmt.Sprintf("Stop a process "+startedBy(d)+", with its children. "+
 			"TERM (default) asks it to stop and sends KILL if it is still running after %s; KILL ends it at once. "+
 			"Returns its status and exit_code afterwards. Signalling a process that already ended is not an error: its status is reported.", grace),
 		toolset:     ToolsetProcess,

@@ -12,12 +12,16 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 )
 
-// startBackground starts a background command and returns its result.
+// startBackground starts a background command and returns its result. The
+// start does not wait for output unless args say so (wait_sec).
 func (h *harness) startBackground(args map[string]any) execOutput {
 	h.t.Helper()
 	args["background"] = true
+	if _, ok := args["wait_sec"]; !ok {
+		args["wait_sec"] = 0
+	}
 	out := h.execOK(args)
-	if out.Process == "" || out.Pid == 0 || out.FullOutput == nil || out.FullOutput.Output == "" || out.ExitCode != nil {
+	if out.Process == "" || out.Pid == 0 || out.FullOutput == nil || out.FullOutput.Output == "" || out.Status == "" || out.Output == nil {
 		h.t.Fatalf("background start: %+v", out)
 	}
 	return out
@@ -180,7 +184,8 @@ func TestBackgroundArgvEnvCwdStdin(t *testing.T) {
 		t.Fatalf("%+v", p)
 	}
 	// A background argv whose program does not exist fails inside the
-	// wrapper: exit 127 and the shell's message in the log.
+	// wrapper: exit 127 and the shell's message in the log. Without a wait
+	// the start returns a handle; the log tells.
 	bad := h.startBackground(map[string]any{"argv": []string{"no-such-program-q"}})
 	got, p = h.readUntil(bad.Process, 0, 4096, "no-such-program-q")
 	p = h.waitEnd(bad.Process, p.NextOffset)

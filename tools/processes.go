@@ -226,6 +226,16 @@ func (r *processRegistry) list(key string, gen int64) []*procEntry {
 	return out
 }
 
+// startedBy says where the processes the process tools serve come from, in
+// their descriptions: workspace_exec with background: true when the server
+// offers it, else only "in the background in this workspace".
+func startedBy(d *Deps) string {
+	if d.Config.hasToolset(ToolsetExec) && !d.Config.ReadOnly {
+		return "started with workspace_exec background: true"
+	}
+	return "started in the background in this workspace"
+}
+
 // processStatus is the shared part of the process tools' outputs.
 type processStatus struct {
 	Status   string `json:"status" jsonschema:"required,enum=running,enum=exited,enum=killed,enum=unknown" jsonschema_description:"running; exited (ended by itself: see exit_code); killed (ended by a signal, a timeout or process_signal); unknown (the server lost track of it, for example after a restart: the log can still be read)."`

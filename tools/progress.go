@@ -12,6 +12,8 @@ const progressEvery = 250 * time.Millisecond
 
 // progressReporter returns a function that reports "<verb> n of total files"
 // as progress, at most every progressEvery (and always for the last file).
+// n counts from the start of the call: a call reporting several batches
+// passes the files done before the batch plus those done in it.
 func progressReporter(ctx context.Context, c *Call, total int, verb string) func(int) {
 	var last time.Time
 	return func(done int) {

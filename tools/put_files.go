@@ -45,13 +45,17 @@ type writtenFile struct {
 // all-or-nothing per call, creating parents, with optional modes. The
 // decoded content of one call is capped at Config.MaxPutBytes.
 func PutFiles(d *Deps) Tool {
+	bigger := "split bigger inputs over several calls."
+	if d.Config.hasToolset(ToolsetTransfer) {
+		bigger = "bring bigger inputs in with stage_inputs."
+	}
 	return define(d, spec[putFilesInput, putFilesOutput]{
 		name:  "put_files",
 		title: "Write files",
 		description: fmt.Sprintf("Write one or more files into the workspace (text, or base64 for binary), creating missing parent directories and replacing existing files. "+
 			"The call is all-or-nothing: every file is checked and uploaded under a temporary name first, and only when all succeeded are they moved into place. "+
-			"Optionally set each file's mode (for example 0755 for a script). At most %d files and %d bytes of decoded content per call; "+
-			"bring bigger inputs in with stage_inputs.", maxPutFiles, d.Config.MaxPutBytes),
+			"Optionally set each file's mode (for example 0755 for a script). At most %d files and %d bytes of decoded content per call; %s",
+			maxPutFiles, d.Config.MaxPutBytes, bigger),
 		toolset:     ToolsetFiles,
 		annotations: Annotations{ReadOnly: false, Destructive: true, Idempotent: true, OpenWorld: false},
 		run:         runPutFiles,

@@ -153,6 +153,37 @@ func TestReadFilesImage(t *testing.T) {
 	if len(imgs) != 1 || imgs[0].MIMEType != "image/png" || imgs[0].Data != data {
 		t.Fatalf("image content = %+v", imgs)
 	}
+	// structuredContent carries the image too, for clients that read only
+	// it (Mastra).
+	if f.Inline != data {
+		t.Errorf("structured image content = %.40q", f.Inline)
+	}
+	// Also an image larger than the text that structuredContent repeats:
+	// noise does not compress.
+	big := image.NewRGBA(image.Rect(0, 0, 160, 160))
+	x := uint32(2463534242)
+	for i := range big.Pix {
+		x ^= x << 13
+		x ^= x >> 17
+		x ^= x << 5
+		big.Pix[i] = byte(x)
+	}
+	buf.Reset()
+	if err := png.Encode(&buf, big); err != nil {
+		t.Fatal(err)
+	}
+	if buf.Len() <= structuredInlineBytes {
+		t.Fatalf("the big image has only %d bytes", buf.Len())
+	}
+	bigData := base64.StdEncoding.EncodeToString(buf.Bytes())
+	h.ok("put_files", map[string]any{"files": []map[string]any{{"path": "big.png", "content": bigData, "encoding": "base64"}}}, nil)
+	out, res = okAs[readFilesOutput](h, "read_files", map[string]any{"paths": []string{"big.png"}})
+	if f := out.Files[0]; f.Encoding != "image" || f.MimeType != "image/png" || f.Inline != bigData {
+		t.Errorf("big image entry: encoding %s, mime %s, %d bytes of content", f.Encoding, f.MimeType, len(f.Inline))
+	}
+	if imgs := imageContents(res); len(imgs) != 1 || imgs[0].Data != bigData {
+		t.Errorf("big image block: %d", len(imgs))
+	}
 	// Larger than the cap: base64 pieces with a note, no image.
 	h2 := newHarness(t, harnessOptions{config: Config{MaxReadBytes: 32}})
 	h2.ok("put_files", map[string]any{"files": []map[string]any{{"path": "pic.png", "content": data, "encoding": "base64"}}}, nil)

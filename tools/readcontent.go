@@ -52,34 +52,38 @@ func readFilesContent(out *readFilesOutput, first int) []mcp.Content {
 	return blocks
 }
 
-// structuredInlineBytes is the most content (all files together, as sent)
-// that structuredContent repeats, for clients that read only it (Mastra,
-// for one); above it the bytes travel once, in the content blocks.
+// structuredInlineBytes is the most text content (all files together, as
+// sent) that structuredContent repeats, for clients that read only it
+// (Mastra, for one); above it text travels once, in the content blocks.
+// Images are always repeated: such a client has no other way to see them,
+// and there is no smaller reference it could resolve.
 const structuredInlineBytes = 64 << 10
 
-// structuredCopy returns out with each entry's content repeated in
-// structuredContent when all the contents together are small, and false
-// when they are not (structuredContent is then the text block's JSON).
-// The text block's JSON never repeats them: the model reads each file
-// once, in its own block.
+// structuredCopy returns out with contents repeated in structuredContent:
+// every image (base64, beside its mime_type), and the text and base64
+// contents when they are small together; false when there is nothing to
+// repeat (structuredContent is then the text block's JSON). The text
+// block's JSON never repeats them: the model reads each file once, in its
+// own block.
 func (out *readFilesOutput) structuredCopy() (any, bool) {
-	if !out.repeatsContents() {
-		return nil, false
-	}
+	text := out.repeatsText()
+	images := false
 	for i := range out.Files {
 		f := &out.Files[i]
-		f.Inline = f.Content
-		if f.imageData != "" {
-			f.Inline = f.imageData
+		switch {
+		case f.imageData != "":
+			f.Inline, images = f.imageData, true
+		case text:
+			f.Inline = f.Content
 		}
 	}
-	return out, true
+	return out, text || images
 }
 
-// repeatsContents reports whether structuredContent repeats the contents:
-// when there are some and, JSON-escaped, they take at most
-// structuredInlineBytes in all.
-func (out *readFilesOutput) repeatsContents() bool {
+// repeatsText reports whether structuredContent repeats the text (and
+// base64) contents: when there are some and, JSON-escaped, they take at
+// most structuredInlineBytes in all.
+func (out *readFilesOutput) repeatsText() bool {
 	total := 0
 	for _, f := range out.Files {
 		if len(f.Content) > structuredInlineBytes-total {
@@ -88,7 +92,6 @@ func (out *readFilesOutput) repeatsContents() bool {
 		if f.Content != "" {
 			total += jsonStringLen(f.Content)
 		}
-		total += len(f.imageData)
 		if total > structuredInlineBytes {
 			return false
 		}
@@ -166,13 +169,13 @@ func (c *Call) readResponseSize(out *readFilesOutput) int64 {
 			images += int64(len(f.imageData)+len(f.MimeType)) + 64
 		}
 	}
-	// Small contents come twice: structuredContent repeats them
+	// Images come twice, small text too: structuredContent repeats them
 	// (structuredCopy).
 	copies := int64(1)
-	if out.repeatsContents() {
+	if out.repeatsText() {
 		copies = 2
 	}
-	n += copies * images
+	n += 2 * images
 	// Escaping at most sextuples text: count it only when that could
 	// matter.
 	if n+copies*6*text <= c.messageLimit {

@@ -137,6 +137,13 @@ func wantedToolsets(names []string) (map[string]bool, error) {
 	return want, unknown
 }
 
+// hasToolset reports whether cfg selects the toolset name (read-only mode
+// aside): descriptions and instructions mention only the tools offered.
+func (cfg Config) hasToolset(name string) bool {
+	want, _ := wantedToolsets(cfg.Toolsets)
+	return want == nil || want[name]
+}
+
 // Register adds tools to s.
 func Register(s *server.MCPServer, tools []Tool) {
 	for _, t := range tools {

@@ -61,13 +61,26 @@ type stagedInput struct {
 // from operator-allowed host directories (Config.StageRoots), from the
 // artifact store, or from elsewhere in the workspace (copy or symlink).
 func StageInputs(d *Deps) Tool {
+	roots := make([]string, 0, len(d.Config.StageRoots))
+	for name := range d.Config.StageRoots {
+		roots = append(roots, name)
+	}
+	slices.Sort(roots)
+	here := "This server allows no host directory"
+	if len(roots) > 0 {
+		here = "This server's host roots: " + strings.Join(roots, ", ")
+	}
+	if d.Config.ArtifactsDir == "" {
+		here += ", and has no artifact store"
+	}
 	return define(d, spec[stageInputsInput, stageInputsOutput]{
 		name:  "stage_inputs",
 		title: "Stage inputs",
-		description: "Bring files into the workspace: from host://ROOT/path (only host directories the operator allowed; workspace_info lists them), " +
+		description: "Bring files into the workspace: from host://ROOT/path (only host directories the operator allowed), " +
 			"from artifact://NAME (files stored earlier by collect_outputs, which survive a recreated sandbox), or from workspace://path (copy, or mode link for a symbolic link). " +
 			"Directories are copied recursively and merged into the destination; existing files of the same name are replaced. " +
-			"Files from the host are uploaded under temporary names and moved into place only when all of an input arrived.",
+			"Files from the host are uploaded under temporary names and moved into place only when all of an input arrived. " +
+			here + ".",
 		toolset:     ToolsetTransfer,
 		annotations: Annotations{ReadOnly: false, Destructive: true, Idempotent: true, OpenWorld: false},
 		run:         runStageInputs,
@@ -109,7 +122,15 @@ func runStageInputs(ctx context.Context, c *Call, in *stageInputsInput) (*stageI
 	if err != nil {
 		return nil, err
 	}
-	st := &stager{c: c, cli: lease.Client, root: lease.Sandbox.Workdir}
+	// Progress counts the files of host and artifact trees across all
+	// inputs, so it only grows from one input to the next.
+	files := 0
+	for _, p := range plans {
+		if p.tree != nil {
+			files += len(p.tree.files)
+		}
+	}
+	st := &stager{c: c, cli: lease.Client, root: lease.Sandbox.Workdir, progress: progressReporter(ctx, c, files, "staged")}
 	out := &stageInputsOutput{Staged: []stagedInput{}}
 	for _, p := range plans {
 		res, err := st.stage(ctx, p)

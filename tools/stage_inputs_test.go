@@ -3,6 +3,7 @@
 package tools
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -224,5 +225,44 @@ func TestStageInputsFailureKeepsEarlierInputs(t *testing.T) {
 	}
 	if !h.sbExists("out/a.txt") || string(h.sbRead("out/a.txt")) != "A" {
 		t.Fatal("the failed input removed what the input before it staged")
+	}
+}
+
+// Progress across several inputs grows from one input to the next and ends
+// at the files of all of them (MCP requires each notification's progress
+// to be above the one before).
+func TestStageInputsProgressIsMonotone(t *testing.T) {
+	data := t.TempDir()
+	for _, f := range []string{"one/a", "one/b", "one/c", "two/d", "two/e"} {
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(data, f)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(data, f), []byte(f), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h := newHarness(t, harnessOptions{config: Config{StageRoots: map[string]string{"data": data}}})
+	args := map[string]any{"inputs": []map[string]any{{"from": "host://data/one"}, {"from": "host://data/two"}, {"from": "host://data/one/a", "to": "again/a"}}}
+	res, err := h.callErr(context.Background(), "stage_inputs", args, "stage-1")
+	if err != nil || res.IsError {
+		t.Fatalf("%v %v", err, resultText(res))
+	}
+	final := func() float64 {
+		ns := h.progress()
+		if len(ns) == 0 {
+			return 0
+		}
+		v, _ := ns[len(ns)-1].Params.AdditionalFields["progress"].(float64)
+		return v
+	}
+	waitFor(t, "the last progress notification", func() bool { return final() == 6 })
+	last := 0.0
+	for _, n := range h.progress() {
+		v, _ := n.Params.AdditionalFields["progress"].(float64)
+		msg, _ := n.Params.AdditionalFields["message"].(string)
+		if v <= last || !strings.HasSuffix(msg, " of 6 files") {
+			t.Fatalf("progress %v (%q) after %v: %v", v, msg, last, h.progress())
+		}
+		last = v
 	}
 }

@@ -23,6 +23,10 @@ type stager struct {
 	cli  *envdclient.Client
 	root string        // the workspace root in the sandbox
 	r    *pathResolver // the current input's
+	// progress, when set, reports the files uploaded in the whole call
+	// (see progressReporter); uploaded counts those of the inputs before.
+	progress func(done int)
+	uploaded int
 }
 
 // stage performs one plan. Its paths are resolved afresh: the inputs before
@@ -72,12 +76,16 @@ func (s *stager) stageTree(ctx context.Context, p stagePlan) (stagedInput, error
 		return stagedInput{}, err
 	}
 	if len(items) > 0 {
-		batch := &uploadBatch{c: s.c, r: s.r, items: items, fresh: fresh,
-			progress: progressReporter(ctx, s.c, len(items), "staged")}
+		batch := &uploadBatch{c: s.c, r: s.r, items: items, fresh: fresh}
+		if s.progress != nil {
+			before := s.uploaded
+			batch.progress = func(done int) { s.progress(before + done) }
+		}
 		results, err := batch.run(ctx)
 		if err != nil {
 			return stagedInput{}, err
 		}
+		s.uploaded += len(items)
 		total = 0
 		for _, r := range results {
 			total += r.bytes

@@ -148,6 +148,9 @@ func (p *Provider) bwrapArgs(id, dir, envd string, cfg sandboxSpec, seccomp bool
 		"--bind", subdirPath(dir, "tmp"), "/tmp",
 		"--bind", subdirPath(dir, "run"), insideRun,
 		"--ro-bind", envd, insideEnvd,
+		// The sandbox user's name (see writeIdentityFiles).
+		"--ro-bind", filepath.Join(dir, passwdFile), "/etc/passwd",
+		"--ro-bind", filepath.Join(dir, groupFile), "/etc/group",
 	)
 	if cfg.network {
 		args = append(args, resolvConfArgs()...)

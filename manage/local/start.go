@@ -103,6 +103,9 @@ func (p *Provider) startDaemon(ctx context.Context, id, dir string, spec sandbox
 	}
 	var cmd *exec.Cmd
 	if p.isolation == IsolationBwrap {
+		if err := writeIdentityFiles(dir); err != nil {
+			return nil, connect.NewError(connect.CodeInternal, fmt.Errorf("start sandbox %s: the sandbox user's passwd and group files: %w", id, err))
+		}
 		cmd = p.bwrapCommand(id, dir, envdPath, spec, files)
 	} else {
 		cmd = unisolatedCommand(dir, envdPath, spec, files)
