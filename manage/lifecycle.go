@@ -84,7 +84,17 @@ func (f *flight) wait(ctx context.Context) error {
 func (m *Manager) load(ws *workspace, f *flight, epoch uint64) error {
 	ctx, cancel := m.callCtx()
 	defer cancel()
+	// Under the key's lock: a server pausing the sandbox (see pause) does
+	// so before this reads the record or leaves it running.
+	// Another server may hold it while it creates the sandbox.
+	lockCtx, cancelLock := context.WithTimeout(context.Background(), m.opts.CreateTimeout)
+	unlock, err := m.store.Lock(lockCtx, ws.key)
+	cancelLock()
+	if err != nil {
+		return fmt.Errorf("workspace %q: taking its lock: %w", ws.key, err)
+	}
 	rec, ok, err := m.store.Get(ctx, ws.key)
+	unlock()
 	if err != nil {
 		return fmt.Errorf("workspace %q: reading the store: %w", ws.key, err)
 	}

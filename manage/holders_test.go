@@ -1,0 +1,107 @@
+//go:build linux
+
+package manage_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/sandbox-mcp/sandbox-mcp/manage"
+	"github.com/sandbox-mcp/sandbox-mcp/manage/holders"
+	"github.com/sandbox-mcp/sandbox-mcp/manage/managetest"
+)
+
+// sharingManagers returns n Managers on one provider and one store, each
+// with its own Holders on one directory, as n servers on one state
+// directory have.
+func sharingManagers(t *testing.T, p manage.Provider, n int) []*manage.Manager {
+	t.Helper()
+	store := manage.NewMemoryStore()
+	root := t.TempDir()
+	ms := make([]*manage.Manager, n)
+	for i := range ms {
+		h, err := holders.New(root)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ms[i] = newManager(t, p, func(o *manage.Options) { o.Store, o.Holders = store, h })
+	}
+	return ms
+}
+
+func sandboxState(t *testing.T, p manage.Provider, id string) manage.State {
+	t.Helper()
+	info, err := p.Info(t.Context(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info.State
+}
+
+// A named workspace's sandbox is paused when the last of the servers holding
+// it ends its session, whatever the order they leave in, and neither a Pause
+// nor an ended session of one pauses it while another holds it.
+func TestNamedWorkspacePausedByLastHolder(t *testing.T) {
+	for _, order := range [][]int{{0, 1, 2}, {2, 0, 1}, {1, 2, 0}} {
+		p := managetest.New(t)
+		ms := sharingManagers(t, p, 3)
+		var id string
+		for _, m := range ms {
+			l, err := m.Acquire(t.Context(), "stdio:shared", true)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if id == "" {
+				id = l.Sandbox.ID
+			} else if l.Sandbox.ID != id {
+				t.Fatalf("servers got sandboxes %s and %s", id, l.Sandbox.ID)
+			}
+			l.Release()
+		}
+		if err := ms[order[0]].Pause(t.Context(), "stdio:shared"); err != nil {
+			t.Fatal(err)
+		}
+		if got := sandboxState(t, p, id); got != manage.StateRunning {
+			t.Fatalf("order %v: Pause while others hold: %s, want running", order, got)
+		}
+		for i, k := range order {
+			if err := ms[k].EndSession(context.Background(), "stdio:shared"); err != nil {
+				t.Fatal(err)
+			}
+			want := manage.StateRunning
+			if i == len(order)-1 {
+				want = manage.StatePaused
+			}
+			if got := sandboxState(t, p, id); got != want {
+				t.Fatalf("order %v: after %d left: %s, want %s", order, i+1, got, want)
+			}
+		}
+		// A server coming back resumes it.
+		l, err := ms[order[0]].Acquire(t.Context(), "stdio:shared", true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		l.Release()
+		if got := sandboxState(t, p, id); got != manage.StateRunning {
+			t.Fatalf("order %v: after a server came back: %s, want running", order, got)
+		}
+	}
+}
+
+// An anonymous workspace is killed with its session, holders or not.
+func TestAnonymousWorkspaceKilledWithSession(t *testing.T) {
+	p := managetest.New(t)
+	ms := sharingManagers(t, p, 2)
+	l, err := ms[0].Acquire(t.Context(), "http:session", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := l.Sandbox.ID
+	l.Release()
+	if err := ms[0].EndSession(t.Context(), "http:session"); err != nil {
+		t.Fatal(err)
+	}
+	if got := sandboxState(t, p, id); got != manage.StateGone {
+		t.Fatalf("anonymous sandbox after its session: %s, want gone", got)
+	}
+}
