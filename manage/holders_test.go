@@ -105,3 +105,39 @@ func TestAnonymousWorkspaceKilledWithSession(t *testing.T) {
 		t.Fatalf("anonymous sandbox after its session: %s, want gone", got)
 	}
 }
+
+// A server that paused the sandbox while it was the only holder still pauses
+// it when it leaves, after another server resumed it and left it running.
+func TestNamedWorkspacePausedAgainByLastHolder(t *testing.T) {
+	p := managetest.New(t)
+	ms := sharingManagers(t, p, 2)
+	l, err := ms[0].Acquire(t.Context(), "stdio:shared", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := l.Sandbox.ID
+	l.Release()
+	if err := ms[0].Pause(t.Context(), "stdio:shared"); err != nil {
+		t.Fatal(err)
+	}
+	if got := sandboxState(t, p, id); got != manage.StatePaused {
+		t.Fatalf("paused by its only holder: %s", got)
+	}
+	l, err = ms[1].Acquire(t.Context(), "stdio:shared", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Release()
+	if err := ms[1].EndSession(t.Context(), "stdio:shared"); err != nil {
+		t.Fatal(err)
+	}
+	if got := sandboxState(t, p, id); got != manage.StateRunning {
+		t.Fatalf("after the second server left while the first holds it: %s, want running", got)
+	}
+	if err := ms[0].EndSession(t.Context(), "stdio:shared"); err != nil {
+		t.Fatal(err)
+	}
+	if got := sandboxState(t, p, id); got != manage.StatePaused {
+		t.Fatalf("after the last holder left: %s, want paused", got)
+	}
+}

@@ -104,7 +104,11 @@ func (m *Manager) pauseWorkspace(ctx context.Context, ws *workspace, leave bool)
 			}
 			continue
 		}
-		if ws.sb == nil || ws.state != StateRunning {
+		// Leaving, a sandbox this Manager paused is paused again: another
+		// server may have resumed it since, and left it running for this
+		// one to pause.
+		pausable := ws.state == StateRunning || (leave && ws.state == StatePaused)
+		if ws.sb == nil || !pausable {
 			ws.mu.Unlock()
 			if leave {
 				m.letGo(ws)
