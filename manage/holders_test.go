@@ -5,6 +5,7 @@ package manage_test
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/sandbox-mcp/sandbox-mcp/manage"
 	"github.com/sandbox-mcp/sandbox-mcp/manage/holders"
@@ -139,5 +140,44 @@ func TestNamedWorkspacePausedAgainByLastHolder(t *testing.T) {
 	}
 	if got := sandboxState(t, p, id); got != manage.StatePaused {
 		t.Fatalf("after the last holder left: %s, want paused", got)
+	}
+}
+
+// fixedHolders is a Holders whose Others answer is set by the test; Hold
+// registers nothing.
+type fixedHolders struct{ others bool }
+
+func (fixedHolders) Hold(string) (func(), error)   { return func() {}, nil }
+func (h fixedHolders) Others(string) (bool, error) { return h.others, nil }
+
+// A named workspace's sandbox left running by a server that ended without
+// pausing it (killed) is paused by the next reaper pass of another server,
+// unless some server still holds it.
+func TestReapPausesOrphans(t *testing.T) {
+	p := managetest.New(t)
+	store := manage.NewMemoryStore()
+	gone := newManager(t, p, func(o *manage.Options) { o.Store = store })
+	l, err := gone.Acquire(t.Context(), "stdio:orphan", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := l.Sandbox.ID
+	l.Release()
+	held := newManager(t, p, func(o *manage.Options) {
+		o.Store, o.Holders, o.PausedTTL = store, fixedHolders{others: true}, time.Hour
+	})
+	held.Reap(t.Context())
+	if got := sandboxState(t, p, id); got != manage.StateRunning {
+		t.Fatalf("a sandbox a server holds after a reaper pass: %s, want running", got)
+	}
+	free := newManager(t, p, func(o *manage.Options) {
+		o.Store, o.Holders, o.PausedTTL = store, fixedHolders{}, time.Hour
+	})
+	free.Reap(t.Context())
+	if got := sandboxState(t, p, id); got != manage.StatePaused {
+		t.Fatalf("a sandbox nobody holds after a reaper pass: %s, want paused", got)
+	}
+	if rec, ok, err := store.Get(t.Context(), "stdio:orphan"); err != nil || !ok || rec.State != manage.StatePaused || rec.PausedAt.IsZero() {
+		t.Fatalf("record after the orphan was paused: %+v, %v, %v", rec, ok, err)
 	}
 }
