@@ -4,9 +4,12 @@ package manage_test
 
 import (
 	"context"
+	"log/slog"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/sandbox-mcp/sandbox-mcp/envd/envdclient"
 	"github.com/sandbox-mcp/sandbox-mcp/manage"
 	"github.com/sandbox-mcp/sandbox-mcp/manage/holders"
 	"github.com/sandbox-mcp/sandbox-mcp/manage/managetest"
@@ -179,5 +182,66 @@ func TestReapPausesOrphans(t *testing.T) {
 	}
 	if rec, ok, err := store.Get(t.Context(), "stdio:orphan"); err != nil || !ok || rec.State != manage.StatePaused || rec.PausedAt.IsZero() {
 		t.Fatalf("record after the orphan was paused: %+v, %v, %v", rec, ok, err)
+	}
+}
+
+// signalHandler is a slog.Handler that closes seen once a record with
+// message msg is logged.
+type signalHandler struct {
+	msg  string
+	once *sync.Once
+	seen chan struct{}
+}
+
+func (h signalHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (h signalHandler) Handle(_ context.Context, r slog.Record) error {
+	if r.Message == h.msg {
+		h.once.Do(func() { close(h.seen) })
+	}
+	return nil
+}
+func (h signalHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h signalHandler) WithGroup(string) slog.Handler      { return h }
+
+// The idle pause of one server leaves a sandbox another server holds
+// running: the other's calls go on.
+func TestIdlePauseLeavesSharedSandboxRunning(t *testing.T) {
+	p := managetest.New(t)
+	store := manage.NewMemoryStore()
+	root := t.TempDir()
+	skipped := signalHandler{msg: "another server uses the sandbox; leaving it running", once: &sync.Once{}, seen: make(chan struct{})}
+	var ms []*manage.Manager
+	for i, idle := range []time.Duration{time.Millisecond, 0} {
+		h, err := holders.New(root)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ms = append(ms, newManager(t, p, func(o *manage.Options) {
+			o.Store, o.Holders, o.IdlePause = store, h, idle
+			if i == 0 {
+				o.Logger = slog.New(skipped)
+			}
+		}))
+	}
+	other, err := ms[1].Acquire(t.Context(), "stdio:shared", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Release()
+	l, err := ms[0].Acquire(t.Context(), "stdio:shared", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Release() // starts the first server's idle clock
+	select {
+	case <-skipped.seen:
+	case <-t.Context().Done():
+		t.Fatal("the idle pause never ran")
+	}
+	if got := sandboxState(t, p, other.Sandbox.ID); got != manage.StateRunning {
+		t.Fatalf("after the first server's idle pause: %s, want running", got)
+	}
+	if _, err := other.Client.Run(t.Context(), sh("true"), envdclient.RunOptions{}); err != nil {
+		t.Fatalf("the other server's call after the idle pause: %v", err)
 	}
 }
