@@ -3,6 +3,7 @@
 package local
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -83,4 +84,11 @@ func signalledExit(ws syscall.WaitStatus) (syscall.Signal, bool) {
 		return syscall.Signal(code - 128), true
 	}
 	return 0, false
+}
+
+// processAlive reports whether process pid exists (it may be a later
+// process reusing the pid; the detail it is used for is only a hint).
+func processAlive(pid int) bool {
+	err := syscall.Kill(pid, 0)
+	return err == nil || errors.Is(err, syscall.EPERM)
 }
