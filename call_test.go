@@ -13,6 +13,10 @@ import (
 func TestCall(t *testing.T) {
 	n := newNewcomer(t)
 	out := n.mustRun(`./sandbox-mcp call workspace_exec '{"command": "echo hello; exit 3"}'`)
+	if !strings.HasPrefix(out, "exit 3 · ") || !strings.HasSuffix(out, "\nhello\n") {
+		t.Fatalf("call output %q: want the rendered text", out)
+	}
+	out = n.mustRun(`./sandbox-mcp call --result-format json workspace_exec '{"command": "echo hello; exit 3"}'`)
 	var res struct {
 		ExitCode int    `json:"exit_code"`
 		Stdout   string `json:"stdout"`
@@ -82,12 +86,12 @@ func TestCallSequenceInNamedWorkspace(t *testing.T) {
 	n := newNewcomer(t)
 	n.mustRun(`./sandbox-mcp call --workspace demo put_files '{"files": [{"path": "hello.py", "content": "print(\"hello from the sandbox\")"}]}'`)
 	out := n.mustRun(`./sandbox-mcp call --workspace demo workspace_exec '{"command": "cat hello.py"}'`)
-	if !strings.Contains(out, `print(\"hello from the sandbox\")`) || !strings.Contains(out, "was resumed") {
+	if !strings.Contains(out, `print("hello from the sandbox")`) || !strings.Contains(out, "was resumed") {
 		t.Fatalf("second call of the sequence: %q", out)
 	}
 	// Another workspace does not see the file.
 	out, _, _ = n.run(`./sandbox-mcp call --workspace other workspace_exec '{"command": "ls hello.py"}'`, nil)
-	if !strings.Contains(out, `"exit_code":2`) {
+	if !strings.HasPrefix(out, "exit 2 · ") {
 		t.Fatalf("another workspace saw the file: %q", out)
 	}
 }

@@ -26,7 +26,8 @@ import (
 
 // TestServeDockerProvider: `serve --provider docker` runs a tool call in a
 // container of the test image, with the embedded lean envd as its
-// entrypoint, and says so in workspace_info.
+// entrypoint, and says so in workspace_info; search_files runs that envd's
+// search mode.
 func TestServeDockerProvider(t *testing.T) {
 	if envdbin.Lookup(runtime.GOARCH) == nil {
 		testenv.Missing(t, "the embedded lean envd for linux/%s, which docker sandboxes mount: run make envd before go test (scripts/test does)", runtime.GOARCH)
@@ -45,6 +46,9 @@ func TestServeDockerProvider(t *testing.T) {
 	}
 	if err := json.Unmarshal(raw, &out); err != nil || out.ExitCode != 0 || out.Stdout != "hi\n/workspace\nlo\n" {
 		t.Fatalf("workspace_exec in a docker sandbox: %s (%v)", raw, err)
+	}
+	if checkSearchFiles(t, c) {
+		t.Error("search_files uploaded its helper into a docker sandbox, which mounts the lean envd at /.sandbox-mcp/envd")
 	}
 	info := callTool(t, ctx, c, "workspace_info", map[string]any{})
 	if raw, _ := json.Marshal(info.StructuredContent); !strings.Contains(string(raw), `"provider":"docker"`) {

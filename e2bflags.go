@@ -13,7 +13,7 @@ import (
 // E2B's own environment variables (as E2B's SDKs read them), resolved when
 // used: the API key never appears in usage text or logs.
 type e2bOptions struct {
-	key, domain, apiURL, sandboxURL, template string
+	key, domain, apiURL, sandboxURL, template, workdir string
 }
 
 // register adds the --e2b-* flags.
@@ -23,6 +23,7 @@ func (e *e2bOptions) register(fs *flag.FlagSet) {
 	fs.StringVar(&e.apiURL, "e2b-api-url", "", "e2b: the management API's URL (default: $E2B_API_URL, else https://api.DOMAIN)")
 	fs.StringVar(&e.sandboxURL, "e2b-sandbox-url", "", "e2b: where every sandbox's envd is reached, routed by headers (default: $E2B_SANDBOX_URL, else as E2B's SDKs do)")
 	fs.StringVar(&e.template, "e2b-template", e2b.DefaultTemplate, "e2b: the template sandboxes are created from")
+	fs.StringVar(&e.workdir, "e2b-workdir", e2b.DefaultWorkdir, "e2b: the workspace root in the sandbox (E2B's templates: the user's home; manage serve: /workspace)")
 }
 
 // orEnv is v, else the environment variable name.
@@ -56,6 +57,7 @@ func (e *e2bOptions) config(stateDir string, log *slog.Logger) e2b.Config {
 		APIURL:     e.resolvedAPIURL(),
 		SandboxURL: orEnv(e.sandboxURL, "E2B_SANDBOX_URL"),
 		Template:   e.template,
+		Workdir:    e.workdir,
 		Owner:      e2b.DefaultOwner(stateDir),
 		Logger:     log,
 	}

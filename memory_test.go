@@ -79,7 +79,7 @@ func TestListingMemoryBounded(t *testing.T) {
 	}))
 	before := peakRSSKiB(t, s.cmd.Process.Pid)
 	text := mustOK(t, "list_files depth 1", callTool(t, ctx, c, "list_files", map[string]any{"path": "many", "depth": 1}))
-	if !strings.Contains(text, "at least 1001 matched") {
+	if !strings.Contains(text, "at least") || !strings.Contains(text, "continue with offset") {
 		t.Errorf("list_files of %d files: %.300s; want it truncated with a lower bound", files, text)
 	}
 	mustOK(t, "list_files **", callTool(t, ctx, c, "list_files", map[string]any{"glob": "**"}))

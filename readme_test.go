@@ -93,7 +93,7 @@ func TestREADMECommands(t *testing.T) {
 			case strings.HasPrefix(cmd, "make "):
 				t.Log("not run here: scripts/test runs make lint and make checkgenerate (which runs generate), and go test -race (make test)")
 			case strings.Contains(cmd, "--provider e2b"):
-				t.Log("not run here: it needs an E2B API key (TestE2BWrongKey runs the binary with --provider e2b; manage/e2b tests the provider against an E2B-compatible API)")
+				t.Log("not run here: it needs an E2B API key (TestE2BWrongKey runs the binary with --provider e2b; e2b_lifecycle_test.go and e2b_serve_test.go run it against manage serve)")
 			case strings.HasPrefix(cmd, "./sandbox-mcp serve --http"):
 				runHTTPServe(t, n, cmd)
 			case strings.HasPrefix(cmd, "./sandbox-mcp manage serve"):
@@ -122,33 +122,29 @@ func TestREADMECommands(t *testing.T) {
 
 // TestREADMENotice runs the command the README quotes for its notice
 // example and checks that the example shows what the command prints: the
-// NOTICE line as is, and the JSON line up to the parts the README elides
-// with "…".
+// NOTICE line as is, and the rendered result after it up to the parts the
+// README elides with "…".
 func TestREADMENotice(t *testing.T) {
 	raw, err := os.ReadFile("README.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := regexp.MustCompile("real one, from `([^`]+)`:\n\n```text\n([^\n]*)\n([^\n]*)\n```").FindStringSubmatch(string(raw))
+	m := regexp.MustCompile("real one, from `([^`]+)`:\n\n```text\n([^\n]*)\n((?s:.*?))\n```").FindStringSubmatch(string(raw))
 	if m == nil {
-		t.Fatal("README has no notice example (\"real one, from `COMMAND`:\" and a text block of two lines)")
+		t.Fatal("README has no notice example (\"real one, from `COMMAND`:\" and a text block: the NOTICE line, then the result)")
 	}
 	cmd, notice, result := m[1], m[2], m[3]
 	n := newNewcomer(t)
 	out, errs, _ := n.run(cmd, nil)
-	lines := strings.Split(strings.TrimRight(out, "\n"), "\n")
-	if len(lines) != 2 {
-		t.Fatalf("%s printed %d lines, the README shows 2:\n%s%s", cmd, len(lines), out, errs)
+	first, rest, _ := strings.Cut(strings.TrimRight(out, "\n"), "\n")
+	if first != notice {
+		t.Errorf("the README's NOTICE line differs from what %s prints:\nREADME: %s\nprints: %s", cmd, notice, first)
 	}
-	if lines[0] != notice {
-		t.Errorf("the README's NOTICE line differs from what %s prints:\nREADME: %s\nprints: %s", cmd, notice, lines[0])
-	}
-	rest := lines[1]
+	printed := rest
 	for _, piece := range strings.Split(result, "…") {
-		piece = strings.TrimSpace(piece)
 		i := strings.Index(rest, piece)
 		if i < 0 {
-			t.Errorf("the README's result line has %q where %s prints:\n%s", piece, cmd, lines[1])
+			t.Errorf("the README's result has %q where %s prints:\n%s%s", piece, cmd, printed, errs)
 			break
 		}
 		rest = rest[i+len(piece):]

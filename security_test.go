@@ -224,7 +224,7 @@ func bwrapCall(t *testing.T, n *newcomer, workspace, extra, tool string, args an
 	if err != nil {
 		t.Fatal(err)
 	}
-	line := "./sandbox-mcp call --isolation bwrap --workspace " + workspace + " " + extra + " " + tool + " '" +
+	line := "./sandbox-mcp call --result-format json --isolation bwrap --workspace " + workspace + " " + extra + " " + tool + " '" +
 		strings.ReplaceAll(string(raw), "'", `'\''`) + "'"
 	out, errs, code := n.run(line, nil)
 	if code != 0 {
@@ -465,7 +465,7 @@ func TestAutoIsolationOverHTTPRefusesWithoutBwrap(t *testing.T) {
 		t.Errorf("initialize under an explicit --isolation none: %d; want 200", code)
 	}
 	s.stop(t)
-	out, errs, code := n.run("./sandbox-mcp call workspace_info", nil)
+	out, errs, code := n.run("./sandbox-mcp call --result-format json workspace_info", nil)
 	if code != 0 || !strings.Contains(out, `"isolation":"none"`) || !strings.Contains(out, "NOT isolated") {
 		t.Errorf("call over stdio without bwrap: exit %d\nstdout: %s\nstderr: %s\nwant the unisolated fallback with its notice", code, out, errs)
 	}
@@ -503,7 +503,7 @@ func TestUnprivilegedAfterRoot(t *testing.T) {
 	if err := os.Chown(dir, uid, gid); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(bin, "call", "--isolation", "bwrap", "--memory", "256MiB", "workspace_info")
+	cmd := exec.Command(bin, "call", "--result-format", "json", "--isolation", "bwrap", "--memory", "256MiB", "workspace_info")
 	cmd.Dir = dir
 	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + dir, "SANDBOX_MCP_STATE_DIR=" + filepath.Join(dir, "state"), "SANDBOX_MCP_LOG_LEVEL=warn"}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid), Groups: []uint32{}}}

@@ -91,7 +91,7 @@ func exerciseTools(t *testing.T, c *mcpclient.Client) {
 	t.Helper()
 	ctx := t.Context()
 	list, err := c.ListTools(ctx, mcp.ListToolsRequest{})
-	if err != nil || len(list.Tools) != 12 {
+	if err != nil || len(list.Tools) != 14 {
 		t.Fatalf("ListTools: %d tools, %v", len(list.Tools), err)
 	}
 	structured := func(res *mcp.CallToolResult) map[string]any {

@@ -24,7 +24,7 @@ func TestExecCommandKeepsSandboxPath(t *testing.T) {
 	n := newNewcomer(t)
 	call := func(tool, args string) map[string]any {
 		t.Helper()
-		out, errs, code := n.run("./sandbox-mcp call --isolation bwrap --workspace path "+tool+" '"+args+"'", nil)
+		out, errs, code := n.run("./sandbox-mcp call --result-format json --isolation bwrap --workspace path "+tool+" '"+args+"'", nil)
 		if code != 0 {
 			if strings.Contains(errs, "bwrap") || strings.Contains(errs, "bubblewrap") {
 				testenv.Missing(t, "a working bwrap sandbox (%s): install bubblewrap; sandbox-mcp doctor names the fix", errs)

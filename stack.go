@@ -19,6 +19,7 @@ import (
 	"github.com/sandbox-mcp/sandbox-mcp/manage/docker"
 	"github.com/sandbox-mcp/sandbox-mcp/manage/e2b"
 	"github.com/sandbox-mcp/sandbox-mcp/manage/holders"
+	"github.com/sandbox-mcp/sandbox-mcp/manage/redisstore"
 	"github.com/sandbox-mcp/sandbox-mcp/server"
 	"github.com/sandbox-mcp/sandbox-mcp/tools"
 )
@@ -42,32 +43,37 @@ func defaultStateDir() string {
 // serveOptions are the flags that shape sandboxes and tools, shared by
 // serve, call, tools and doctor: provider, limits, workspace, toolsets.
 type serveOptions struct {
-	provider        string
-	isolation       string
-	network         bool
-	defaultTimeout  time.Duration
-	maxTimeout      time.Duration
-	outputLimit     byteSize
-	maxPutBytes     byteSize
-	maxReadBytes    byteSize
-	autoRecreate    bool
-	idlePause       time.Duration
-	pausedTTL       time.Duration
-	workspace       string
-	stageRoots      cmdline.KeyValues
-	artifactsDir    string
-	stateDir        string
-	toolsets        string
-	readOnly        bool
-	memory          byteSize
-	cpus            float64
-	pids            int64
-	dockerImage     string
-	dockerHost      string
-	dockerTransport string
-	disk            byteSize
-	sandboxIDs      string
-	e2b             e2bOptions
+	provider       string
+	isolation      string
+	network        bool
+	defaultTimeout time.Duration
+	maxTimeout     time.Duration
+	outputLimit    byteSize
+	maxPutBytes    byteSize
+	maxReadBytes   byteSize
+	autoRecreate   bool
+	idlePause      time.Duration
+	pausedTTL      time.Duration
+	// maxSandboxesPerPrincipal is --max-sandboxes-per-principal.
+	maxSandboxesPerPrincipal int
+	workspace                string
+	stageRoots               cmdline.KeyValues
+	artifactsDir             string
+	stateDir                 string
+	store                    string
+	redisPrefix              string
+	toolsets                 string
+	resultFormat             string
+	readOnly                 bool
+	memory                   byteSize
+	cpus                     float64
+	pids                     int64
+	dockerImage              string
+	dockerHost               string
+	dockerTransport          string
+	disk                     byteSize
+	sandboxIDs               string
+	e2b                      e2bOptions
 }
 
 // registerSandboxFlags adds the flags that shape sandboxes and tools; the
@@ -87,10 +93,13 @@ func (o *serveOptions) registerSandboxFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&o.autoRecreate, "auto-recreate", true, "replace a lost sandbox (the failed call is reported, never replayed)")
 	fs.DurationVar(&o.idlePause, "idle-pause", 10*time.Minute, "pause a sandbox after this long without a call (0: never)")
 	fs.DurationVar(&o.pausedTTL, "paused-ttl", 7*24*time.Hour, "kill sandboxes paused for longer than this (0: never)")
+	fs.IntVar(&o.maxSandboxesPerPrincipal, "max-sandboxes-per-principal", manage.DefaultMaxSandboxesPerOwner, "sandboxes (running or paused) one HTTP principal may hold; a new workspace past it gets an error result (0: no limit)")
 	fs.StringVar(&o.workspace, "workspace", "", "name of a workspace that survives restarts (default: a fresh anonymous one)")
 	fs.Var(o.stageRoots, "stage-root", "NAME=/abs/dir: a host directory stage_inputs may read as host://NAME/... (repeatable)")
 	fs.StringVar(&o.artifactsDir, "artifacts-dir", "", "host directory of the artifact store (default: STATE-DIR/artifacts)")
 	fs.StringVar(&o.stateDir, "state-dir", defaultStateDir(), "directory for sandboxes and the workspace store")
+	fs.StringVar(&o.store, "store", "", "workspace store: empty for the embedded file under --state-dir, or redis://[user:pass@]host:port/db (rediss:// for TLS, unix:///path) shared by several replicas")
+	fs.StringVar(&o.redisPrefix, "redis-key-prefix", redisstore.DefaultKeyPrefix, "prefix of every Redis key the store writes (replicas sharing workspaces use the same one)")
 	fs.StringVar(&o.toolsets, "toolsets", "all", "comma-separated toolsets to expose: exec, process, files, transfer, admin, or all")
 	fs.BoolVar(&o.readOnly, "read-only", false, "expose only tools that change nothing")
 	fs.Var(&o.memory, "memory", "memory limit per sandbox (0: the provider default)")
@@ -98,6 +107,7 @@ func (o *serveOptions) registerSandboxFlags(fs *flag.FlagSet) {
 	fs.Int64Var(&o.pids, "pids", 0, "process limit per sandbox (0: the provider default)")
 	fs.StringVar(&o.sandboxIDs, "sandbox-ids", "", "local, root server: FIRST:COUNT, the host uid/gid range sandboxes get one id each from (default 1879048192:65536)")
 	fs.StringVar(&o.dockerImage, "docker-image", docker.DefaultImage, "docker: the image sandboxes run (must be on the engine: it is never pulled)")
+	fs.StringVar(&o.resultFormat, "result-format", string(tools.ResultText), "text content of tool results: text (written for the model) or json (the output's JSON, for clients that parse the text)")
 	fs.StringVar(&o.dockerHost, "docker-host", "", "docker: the engine's address (default: $DOCKER_HOST, else the platform's usual socket: "+strings.Join(docker.CandidateHosts(runtime.GOOS, "~"), ", ")+")")
 	fs.StringVar(&o.dockerTransport, "docker-transport", "auto", "docker: how the server reaches envd in a container: socket (a unix socket; Linux), tcp (a port on 127.0.0.1 with a per-container token; what Docker Desktop needs), or auto (socket on Linux, tcp elsewhere)")
 	fs.Var(&o.disk, "disk", "disk limit per sandbox. local (root server, bwrap): a loop-mounted ext4 image holding the workspace, /tmp and run logs (0: 10GiB). docker: where the engine's storage driver can enforce one (overlay2 on xfs with pquota, btrfs, zfs), else the sandbox says it is not enforced (0: none)")
@@ -117,6 +127,7 @@ func (o *serveOptions) toolsConfig() tools.Config {
 	cfg.Network = o.network
 	cfg.Toolsets = strings.Split(o.toolsets, ",")
 	cfg.ReadOnly = o.readOnly
+	cfg.ResultFormat, _ = tools.ParseResultFormat(o.resultFormat) // check refused a bad one
 	return cfg
 }
 
@@ -144,12 +155,20 @@ func (o *serveOptions) check() error {
 	if o.defaultTimeout <= 0 || o.maxTimeout <= 0 {
 		return errors.New("--default-timeout and --max-timeout must be positive")
 	}
+	if _, err := tools.ParseResultFormat(o.resultFormat); err != nil {
+		return fmt.Errorf("--result-format: %w", err)
+	}
 	if o.outputLimit < 256 {
 		return fmt.Errorf("--output-limit %s is too small (at least 256 bytes)", o.outputLimit.String())
 	}
 	for name, dir := range o.stageRoots {
 		if !filepath.IsAbs(dir) {
 			return fmt.Errorf("--stage-root %s=%s: the directory must be an absolute path", name, dir)
+		}
+	}
+	if o.store != "" {
+		if _, err := redisstore.ParseURL(o.store); err != nil {
+			return fmt.Errorf("--store: %w", err)
 		}
 	}
 	if o.workspace != "" && !server.ValidWorkspaceName(o.workspace) {
@@ -208,7 +227,7 @@ type sandboxProvider interface {
 // stack is everything a serving process runs.
 type stack struct {
 	provider sandboxProvider
-	store    *boltstore.Store
+	store    manage.Store
 	manager  *manage.Manager
 	deps     *tools.Deps
 	tools    []tools.Tool // the tools served
@@ -249,7 +268,7 @@ func (o *serveOptions) build(ctx context.Context, log *slog.Logger, cfg server.C
 		}
 	}()
 	var err error
-	if st.store, err = boltstore.Open(o.stateDir, boltstore.Options{Logger: log}); err != nil {
+	if st.store, err = o.openStore(ctx, log); err != nil {
 		return nil, err
 	}
 	o.resolveProvider(ctx, log)
@@ -325,6 +344,35 @@ func reapUnowned(ctx context.Context, p *docker.Provider, store manage.Store, lo
 	}
 }
 
+// openStore opens the workspace store: the embedded bolt file under
+// --state-dir, or the Redis at --store.
+func (o *serveOptions) openStore(ctx context.Context, log *slog.Logger) (manage.Store, error) {
+	if o.store == "" {
+		s, err := boltstore.Open(o.stateDir, boltstore.Options{Logger: log})
+		if err != nil {
+			return nil, err // not a typed nil in the interface
+		}
+		return s, nil
+	}
+	s, err := redisstore.Open(ctx, o.store, redisstore.Options{KeyPrefix: o.redisPrefix, RecordTTL: o.redisRecordTTL(), Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// redisRecordTTL is how long a Redis record of a paused, stopped or gone
+// sandbox lives: the paused TTL (after which the reaper kills a paused
+// sandbox) plus as much again, at least a day, so the record outlives the
+// sandbox; with no paused TTL (paused sandboxes are kept forever) records
+// never expire.
+func (o *serveOptions) redisRecordTTL() time.Duration {
+	if o.pausedTTL <= 0 {
+		return redisstore.NoExpiry
+	}
+	return o.pausedTTL + max(o.pausedTTL, 24*time.Hour)
+}
+
 // managerOptions are the Manager's options: the sandbox template (network,
 // limits) and the lifecycle policy.
 func (o *serveOptions) managerOptions(p manage.Provider, store manage.Store, log *slog.Logger) manage.Options {
@@ -339,5 +387,8 @@ func (o *serveOptions) managerOptions(p manage.Provider, store manage.Store, log
 		IdlePause:    o.idlePause,
 		PausedTTL:    o.pausedTTL,
 		Logger:       log,
+
+		MaxSandboxesPerOwner: o.maxSandboxesPerPrincipal,
+		OwnerOf:              server.PrincipalOfKey,
 	}
 }

@@ -16,8 +16,8 @@ func TestToolsJSON(t *testing.T) {
 	if err := json.Unmarshal([]byte(n.mustRun("./sandbox-mcp tools --json")), &descs); err != nil {
 		t.Fatal(err)
 	}
-	if len(descs) != 12 {
-		t.Fatalf("%d tools, want 12", len(descs))
+	if len(descs) != 14 {
+		t.Fatalf("%d tools, want 14", len(descs))
 	}
 	for _, d := range descs {
 		if d.Name == "" || d.Title == "" || d.Toolset == "" || d.Description == "" || len(d.InputSchema) == 0 || len(d.OutputSchema) == 0 {

@@ -21,6 +21,11 @@ const (
 	EventReset
 	// EventUnisolated: the first operation on a sandbox nothing isolates.
 	EventUnisolated
+	// EventStoreRebuilt: the server's store file was damaged and rebuilt
+	// from the sandboxes on disk. FilesKept says this workspace's sandbox
+	// was found and recovered; without it, none was found (a named
+	// workspace's files from before, if it had any, are lost).
+	EventStoreRebuilt
 )
 
 // String returns the kind's name as logs show it ("created", "resumed", …;
@@ -39,6 +44,8 @@ func (k EventKind) String() string {
 		return "reset"
 	case EventUnisolated:
 		return "unisolated"
+	case EventStoreRebuilt:
+		return "store-rebuilt"
 	}
 	return "unknown"
 }

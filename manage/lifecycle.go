@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/sandbox-mcp/sandbox-mcp/envd/envdclient"
 )
@@ -82,13 +83,14 @@ func (f *flight) wait(ctx context.Context) error {
 // recorded sandbox that is gone is replaced and reported lost; with no record
 // a sandbox is created.
 func (m *Manager) load(ws *workspace, f *flight, epoch uint64) error {
+	m.recoverStore()
 	ctx, cancel := m.callCtx()
 	defer cancel()
 	// Under the key's lock: a server pausing the sandbox (see pause) does
 	// so before this reads the record or leaves it running.
 	// Another server may hold it while it creates the sandbox.
 	lockCtx, cancelLock := context.WithTimeout(context.Background(), m.opts.CreateTimeout)
-	unlock, err := m.store.Lock(lockCtx, ws.key)
+	_, unlock, err := m.store.Lock(lockCtx, ws.key)
 	cancelLock()
 	if err != nil {
 		return fmt.Errorf("workspace %q: taking its lock: %w", ws.key, err)
@@ -100,12 +102,19 @@ func (m *Manager) load(ws *workspace, f *flight, epoch uint64) error {
 	}
 	if !ok {
 		ws.mu.Lock()
+		named := ws.named
 		if ws.epoch == epoch {
 			ws.loaded = true
 		}
 		ws.mu.Unlock()
+		if named {
+			if ev, tell := m.unrecoveredEvent(ws.key); tell {
+				f.events = append(f.events, ev)
+			}
+		}
 		return m.create(ws, f, epoch, 1, EventCreated, nil)
 	}
+
 	prov := m.opts.Provider
 	if !m.hasOwnSandbox(rec) || rec.State == StateGone {
 		detail := "recorded as gone"
@@ -124,6 +133,9 @@ func (m *Manager) load(ws *workspace, f *flight, epoch uint64) error {
 	case StateGone:
 		return m.replaceLost(ws, f, epoch, rec.Generation, info, nil, true)
 	case StateRunning, StatePaused, StateStopped:
+		if rec.Recovered {
+			f.events = append(f.events, Event{Kind: EventStoreRebuilt, Generation: rec.Generation, FilesKept: true})
+		}
 		ws.mu.Lock()
 		if ws.epoch != epoch {
 			ws.mu.Unlock()
@@ -197,12 +209,18 @@ func (m *Manager) newClient(ep Endpoint) (*envdclient.Client, error) {
 
 // create makes a new sandbox and publishes it as generation gen. The
 // store's creation lock makes sure two replicas never create two sandboxes
-// for one key. kind is the event delivered to waiting operations; lost,
-// when set, is returned (the caller's operation is reported lost).
+// for one key: under it the store is read again (a sandbox another replica
+// made meanwhile is adopted), and a sandbox made is recorded before the lock
+// is released. A lock the store loses while creating (see Store.Lock)
+// cancels the provider's Create; a sandbox made under a lost lock is killed,
+// never recorded or published, and the operation fails (the next one tries
+// again, and adopts what a replica that took the lock made). kind is the
+// event delivered to waiting operations; lost, when set, is returned (the
+// caller's operation is reported lost).
 func (m *Manager) create(ws *workspace, f *flight, epoch uint64, gen int64, kind EventKind, lost *LostError) error {
 	lockCtx, cancelLock := context.WithTimeout(context.Background(), m.opts.CreateTimeout)
 	defer cancelLock()
-	unlock, err := m.store.Lock(lockCtx, ws.key)
+	held, unlock, err := m.store.Lock(lockCtx, ws.key)
 	if err != nil {
 		return fmt.Errorf("workspace %q: taking the creation lock: %w", ws.key, err)
 	}
@@ -213,17 +231,35 @@ func (m *Manager) create(ws *workspace, f *flight, epoch uint64, gen int64, kind
 	if superseded {
 		return supersededCreation(ws.key, lost)
 	}
-	if sb, recGen, ok := m.madeMeanwhile(ws.key, gen); ok {
+	sb, recGen, prev, err := m.madeMeanwhile(ws.key, gen)
+	if err != nil {
+		return err
+	}
+	if sb != nil {
 		// Another server sharing the store made this workspace's sandbox
 		// while we waited for the lock: use it, make no second one.
-		return m.publish(ws, f, epoch, sb, recGen, kind, lost, false)
+		return m.publish(ws, f, epoch, *sb, recGen, kind, lost, false)
 	}
 	cfg := m.opts.Template
 	cfg.Key, cfg.Named, cfg.Generation = ws.key, named, gen
-	ctx, cancel := context.WithTimeout(context.Background(), m.opts.CreateTimeout)
+	ctx, cancel := context.WithTimeout(held, m.opts.CreateTimeout)
 	defer cancel()
-	sb, err := m.opts.Provider.Create(ctx, cfg)
+	var made Sandbox
+	release, err := m.slots.admit(ctx, m, ws.key)
+	if err == nil {
+		defer release()
+		made, err = m.opts.Provider.Create(ctx, cfg)
+		if err == nil {
+			err = m.recordCreated(held, ws, made, gen)
+		} else if lerr := lockLost(held); lerr != nil {
+			err = fmt.Errorf("%w (the provider's creation was cancelled: %v)", lerr, err)
+		}
+	}
 	if err != nil {
+		var limit *LimitError
+		if errors.As(err, &limit) {
+			err = limitError(limit)
+		}
 		if lost != nil {
 			// The next operation tries again to create one.
 			lost.ReplaceErr = err
@@ -235,41 +271,120 @@ func (m *Manager) create(ws *workspace, f *flight, epoch uint64, gen int64, kind
 			ws.mu.Unlock()
 			return lost
 		}
+		if limit != nil {
+			return err
+		}
 		return fmt.Errorf("workspace %q: creating a sandbox with the %s provider: %w", ws.key, m.opts.Provider.Name(), err)
 	}
 	m.creations.Add(1)
-	if lost != nil && sb.WorkspaceKept {
+	if lost != nil && made.WorkspaceKept {
 		lost.FilesKept, lost.OnlyWorkspaceKept = true, true
 	}
-	return m.publish(ws, f, epoch, sb, gen, kind, lost, true)
+	err = m.publish(ws, f, epoch, made, gen, kind, lost, true)
+	ws.mu.Lock()
+	discarded := ws.sb == nil || ws.sb.ID != made.ID
+	ws.mu.Unlock()
+	if discarded {
+		// publish destroyed it (the workspace changed meanwhile): put back
+		// the record it replaced.
+		m.restoreRecord(ws.key, prev)
+	}
+	return err
 }
 
-// madeMeanwhile reports a live sandbox of this provider that the store
-// records for key at generation gen or later: one another server (sharing
-// the store) made after this one decided to create generation gen. A
-// paused or stopped one is resumed (a stopped one gets the next generation).
-func (m *Manager) madeMeanwhile(key string, gen int64) (Sandbox, int64, bool) {
+// restoreRecord puts prev back as key's record (none when prev is nil),
+// logging a failure.
+func (m *Manager) restoreRecord(key string, prev *Record) {
+	ctx, cancel := m.callCtx()
+	defer cancel()
+	var err error
+	if prev != nil {
+		err = m.store.Put(ctx, *prev)
+	} else {
+		err = m.store.Delete(ctx, key)
+	}
+	if err != nil {
+		m.log.Error("could not restore the workspace's record after discarding a sandbox", "key", key, "err", err)
+	}
+}
+
+// recordCreated writes the record of sb, just made as generation gen, while
+// the creation lock is held, so that a replica taking the lock next adopts
+// it. When the lock was lost (held is done) or the record cannot be written,
+// sb is killed and the error returned: a sandbox no replica can find would
+// be made twice.
+func (m *Manager) recordCreated(held context.Context, ws *workspace, sb Sandbox, gen int64) error {
+	err := lockLost(held)
+	if err == nil {
+		ws.mu.Lock()
+		rec := Record{Key: ws.key, Provider: m.opts.Provider.Name(), SandboxID: sb.ID, Generation: gen, State: StateRunning, Named: ws.named, CreatedAt: sb.CreatedAt, UpdatedAt: time.Now().UTC()}
+		ws.mu.Unlock()
+		ctx, cancel := m.callCtx()
+		defer cancel()
+		if perr := m.store.Put(ctx, rec); perr != nil {
+			err = fmt.Errorf("recording the new sandbox in the store: %w", perr)
+		}
+	}
+	if err != nil {
+		m.log.Error("destroying a sandbox just made: it could not be recorded under the creation lock", "key", ws.key, "sandbox", sb.ID, "err", err)
+		m.killQuietly(sb.ID)
+		return fmt.Errorf("%w (the sandbox made, %s, was destroyed; try again)", err, sb.ID)
+	}
+	return nil
+}
+
+// lockLost returns the loss of a creation lock whose held context is done
+// other than by unlock, or nil while it is held.
+func lockLost(held context.Context) error {
+	if held.Err() == nil {
+		return nil
+	}
+	cause := context.Cause(held)
+	if errors.Is(cause, ErrLockLost) {
+		return cause
+	}
+	return fmt.Errorf("%w: %v", ErrLockLost, cause)
+}
+
+// madeMeanwhile reads key's record under the creation lock and returns, as
+// sb, a live sandbox of this provider that it records at generation gen or
+// later: one another server (sharing the store) made after this one decided
+// to create generation gen. A paused or stopped one is resumed (a stopped
+// one gets the next generation). prev is the record read (nil when there is
+// none). An error (the store or the provider cannot tell) means no sandbox
+// may be created now: one may exist.
+func (m *Manager) madeMeanwhile(key string, gen int64) (sb *Sandbox, recGen int64, prev *Record, err error) {
 	ctx, cancel := m.callCtx()
 	defer cancel()
 	rec, ok, err := m.store.Get(ctx, key)
-	if err != nil || !ok || !m.hasOwnSandbox(rec) || rec.State == StateGone || rec.Generation < gen {
-		return Sandbox{}, 0, false
+	if err != nil {
+		return nil, 0, nil, fmt.Errorf("workspace %q: reading the store under the creation lock: %w", key, err)
+	}
+	if !ok {
+		return nil, 0, nil, nil
+	}
+	prev = &rec
+	if !m.hasOwnSandbox(rec) || rec.State == StateGone || rec.Generation < gen {
+		return nil, 0, prev, nil
 	}
 	info, err := m.opts.Provider.Info(ctx, rec.SandboxID)
-	if err != nil || info.State.Terminal() {
-		return Sandbox{}, 0, false
+	if err != nil {
+		return nil, 0, nil, fmt.Errorf("workspace %q: cannot learn the state of sandbox %s, recorded by another server: %w", key, rec.SandboxID, err)
 	}
-	recGen := rec.Generation
+	if info.State.Terminal() {
+		return nil, 0, prev, nil
+	}
+	recGen = rec.Generation
 	if info.State != StateRunning {
 		if err := m.opts.Provider.Resume(ctx, rec.SandboxID); err != nil {
-			return Sandbox{}, 0, false
+			return nil, 0, nil, fmt.Errorf("workspace %q: resuming sandbox %s, recorded by another server: %w", key, rec.SandboxID, err)
 		}
 		if info.State == StateStopped {
 			recGen++
 		}
 		info.State = StateRunning
 	}
-	return info, recGen, true
+	return &info, recGen, prev, nil
 }
 
 // publish makes sb the workspace's sandbox unless the workspace changed

@@ -44,6 +44,13 @@ type Options struct {
 	CallTimeout time.Duration
 	// CreateTimeout bounds Create. Default DefaultCreateTimeout.
 	CreateTimeout time.Duration
+	// MaxSandboxesPerOwner bounds the workspaces with a sandbox (running,
+	// paused or stopped) that one owner holds; creating one more is a
+	// *LimitError. 0 means no limit. Owners come from OwnerOf.
+	MaxSandboxesPerOwner int
+	// OwnerOf names the owner of a workspace key (an HTTP principal), ""
+	// for keys that no limit applies to. Nil means no owner limits.
+	OwnerOf func(key string) string
 	// ClientOptions are added to every envd client the Manager makes.
 	ClientOptions []envdclient.Option
 	// Logger receives lifecycle logs. Nil means slog.Default().
@@ -88,6 +95,17 @@ type Manager struct {
 	workspaces map[string]*workspace
 	closed     bool
 
+	slots *slots // sandboxes per owner
+
+	// Store rebuilds (rediscover.go): the store damages already handled,
+	// whether any was seen, and the named workspaces told that nothing of
+	// theirs was found.
+	bg              sync.WaitGroup // the rebuild started by New
+	recoverMu       sync.Mutex
+	damagesSeen     atomic.Uint64
+	storeDamaged    atomic.Bool
+	toldUnrecovered map[string]bool // guarded by mu
+
 	stopReaper chan struct{}
 	reaperDone chan struct{}
 
@@ -116,8 +134,20 @@ func New(opts Options) (*Manager, error) {
 		log:        opts.Logger,
 		store:      opts.Store,
 		workspaces: map[string]*workspace{},
-		stopReaper: make(chan struct{}),
-		reaperDone: make(chan struct{}),
+		slots:      newSlots(opts.MaxSandboxesPerOwner, opts.OwnerOf),
+
+		toldUnrecovered: map[string]bool{},
+		stopReaper:      make(chan struct{}),
+		reaperDone:      make(chan struct{}),
+	}
+	if _, ok := opts.Store.(DamageReporter); ok {
+		// A store file found damaged at open is rebuilt now; operations
+		// that need the records wait for it (recoverStore).
+		m.bg.Add(1)
+		go func() {
+			defer m.bg.Done()
+			m.recoverStore()
+		}()
 	}
 	if opts.PausedTTL > 0 {
 		go m.reaper()
@@ -283,6 +313,7 @@ func (m *Manager) Shutdown(ctx context.Context) error {
 	m.mu.Unlock()
 	close(m.stopReaper)
 	<-m.reaperDone
+	m.bg.Wait()
 	var errs []error
 	for _, k := range keys {
 		if err := m.EndSession(ctx, k); err != nil {

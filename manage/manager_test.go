@@ -88,7 +88,7 @@ type lockSignalStore struct {
 	requested chan string
 }
 
-func (s lockSignalStore) Lock(ctx context.Context, key string) (func(), error) {
+func (s lockSignalStore) Lock(ctx context.Context, key string) (context.Context, func(), error) {
 	s.requested <- key
 	return s.Store.Lock(ctx, key)
 }

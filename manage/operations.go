@@ -48,7 +48,7 @@ func (m *Manager) pause(ws *workspace, epoch uint64, leave bool) {
 	ws.mu.Unlock()
 	ctx, cancel := m.callCtx()
 	defer cancel()
-	unlock, err := m.store.Lock(ctx, ws.key)
+	_, unlock, err := m.store.Lock(ctx, ws.key)
 	if err != nil {
 		m.log.Warn("could not take the workspace's lock to pause its sandbox; leaving it running", "key", ws.key, "sandbox", id, "err", err)
 		return
@@ -169,6 +169,7 @@ func (m *Manager) Reset(ctx context.Context, key string, named bool) (int64, err
 // earlier run: that one is killed instead, and its generations continue.
 func (m *Manager) reset(ws *workspace, f *flight, epoch uint64, oldID string, gen int64, loaded bool) error {
 	if !loaded {
+		m.recoverStore()
 		ctx, cancel := m.callCtx()
 		rec, ok, err := m.store.Get(ctx, ws.key)
 		cancel()

@@ -30,6 +30,7 @@ func (m *Manager) Reap(ctx context.Context) int {
 	if m.opts.PausedTTL <= 0 {
 		return 0
 	}
+	m.recoverStore()
 	lctx, cancel := m.callCtx()
 	recs, err := m.store.List(lctx)
 	cancel()
@@ -153,7 +154,7 @@ func (m *Manager) usesWorkspace(key string) bool {
 func (m *Manager) pauseOrphan(key string) {
 	ctx, cancel := m.callCtx()
 	defer cancel()
-	unlock, err := m.store.Lock(ctx, key)
+	_, unlock, err := m.store.Lock(ctx, key)
 	if err != nil {
 		return
 	}

@@ -2,6 +2,7 @@ package manage
 
 import (
 	"context"
+	"errors"
 	"maps"
 	"slices"
 	"strings"
@@ -30,6 +31,11 @@ type Record struct {
 	// PausedAt is when the sandbox was last paused or stopped (zero while
 	// running); the reaper kills sandboxes paused longer than a TTL.
 	PausedAt time.Time `json:"paused_at,omitzero"`
+	// Recovered marks a record rebuilt from the provider's sandboxes after
+	// the store file was found damaged, whose workspace has not been told
+	// yet: the first operation on it carries EventStoreRebuilt (FilesKept),
+	// and the record it then writes no longer has the mark.
+	Recovered bool `json:"recovered,omitempty"`
 }
 
 // Store keeps workspace records beyond the life of the process; the server
@@ -46,10 +52,31 @@ type Store interface {
 	List(ctx context.Context) ([]Record, error)
 	// Lock takes key's creation lock, held until unlock is called, so that
 	// two replicas never create two sandboxes for one key. It waits until
-	// the lock is free or ctx ends.
-	Lock(ctx context.Context, key string) (unlock func(), err error)
+	// the lock is free or ctx ends. held is done once the lock is no longer
+	// held: after unlock, or when the store lost it while held (a Redis
+	// lock whose expiry passed without renewal, or that another holder
+	// took), in which case context.Cause(held) is an error wrapping
+	// ErrLockLost. The Manager creates under held and records nothing it
+	// made under a lost lock. unlock may be called more than once.
+	Lock(ctx context.Context, key string) (held context.Context, unlock func(), err error)
 	// Close releases the store.
 	Close() error
+}
+
+// ErrLockLost is the cause of a held lock's context when the store lost the
+// lock while it was held.
+var ErrLockLost = errors.New("creation lock lost")
+
+// errUnlocked is the cause of a held lock's context after unlock.
+var errUnlocked = errors.New("creation lock released")
+
+// NewHeldContext returns the held context a Store's Lock hands out for a
+// lock it can only lose by unlock (a lock of this process or of a file):
+// release cancels it. Stores that can lose a lock cancel it with an error
+// wrapping ErrLockLost themselves.
+func NewHeldContext() (held context.Context, release func()) {
+	ctx, cancel := context.WithCancelCause(context.Background())
+	return ctx, func() { cancel(errUnlocked) }
 }
 
 // MemoryStore is a Store that lives in memory only: workspaces are not
@@ -99,7 +126,7 @@ func (s *MemoryStore) List(context.Context) ([]Record, error) {
 }
 
 // Lock implements Store.
-func (s *MemoryStore) Lock(ctx context.Context, key string) (func(), error) {
+func (s *MemoryStore) Lock(ctx context.Context, key string) (context.Context, func(), error) {
 	for {
 		s.mu.Lock()
 		held, busy := s.locks[key]
@@ -107,9 +134,11 @@ func (s *MemoryStore) Lock(ctx context.Context, key string) (func(), error) {
 			ch := make(chan struct{})
 			s.locks[key] = ch
 			s.mu.Unlock()
+			held, release := NewHeldContext()
 			var once sync.Once
-			return func() {
+			return held, func() {
 				once.Do(func() {
+					release()
 					s.mu.Lock()
 					delete(s.locks, key)
 					s.mu.Unlock()
@@ -121,7 +150,7 @@ func (s *MemoryStore) Lock(ctx context.Context, key string) (func(), error) {
 		select {
 		case <-held:
 		case <-ctx.Done():
-			return nil, ctx.Err()
+			return nil, nil, ctx.Err()
 		}
 	}
 }

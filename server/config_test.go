@@ -261,3 +261,16 @@ func TestNotifyCounterResyncsAfterTimeout(t *testing.T) {
 		t.Fatal("waitWritten after ctx end reported success")
 	}
 }
+
+func TestPrincipalOfKey(t *testing.T) {
+	for key, want := range map[string]string{
+		SessionKey("alice", "s1"):  "alice",
+		NamedKey("bob@x.org", "w"): "bob@x.org",
+		"stdio:default":            "",
+		"http:broken":              "",
+	} {
+		if got := PrincipalOfKey(key); got != want {
+			t.Errorf("PrincipalOfKey(%q) = %q, want %q", key, got, want)
+		}
+	}
+}

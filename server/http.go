@@ -81,7 +81,7 @@ func (s *Server) buildHTTP() {
 		_, _ = io.WriteString(w, "ok\n")
 	})
 	mux.Handle("/metrics", s.authenticate(http.HandlerFunc(s.serveMetrics)))
-	mux.Handle("/mcp", s.authenticate(s.limitBody(s.checkSession(s.track(s.splitArguments(s.streamable))))))
+	mux.Handle("/mcp", s.authenticate(s.limitBody(s.checkSession(s.track(s.splitArguments(literalJSON(s.streamable)))))))
 	s.handler = s.logRequests(s.checkHost(s.checkOrigin(mux)))
 }
 

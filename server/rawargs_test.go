@@ -96,7 +96,7 @@ func TestArgumentsSplitOnEveryTransport(t *testing.T) {
 					Truncated    bool `json:"truncated"`
 				} `json:"files"`
 			}
-			res := c.ok(t, "read_files", map[string]any{"paths": []string{path}}, &read)
+			res := c.ok(t, "read_files", map[string]any{"paths": []string{path}, "limit": len(text)}, &read) // exact bytes, past the default budget
 			if len(read.Files) != 1 || read.Files[0].Truncated || read.Files[0].ContentIndex < 1 || read.Files[0].ContentIndex >= len(res.Content) {
 				t.Fatalf("read_files: %+v", read)
 			}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -31,6 +32,21 @@ func SessionKey(principal, sessionID string) string {
 // NamedKey is the workspace key of a principal's named HTTP workspace.
 func NamedKey(principal, name string) string {
 	return "http:" + principal + ":ws:" + name
+}
+
+// PrincipalOfKey returns the HTTP principal whose workspace key is key
+// (made by SessionKey or NamedKey), or "" for other keys (stdio's), which no
+// per-principal limit applies to. Principals contain no colon.
+func PrincipalOfKey(key string) string {
+	rest, ok := strings.CutPrefix(key, "http:")
+	if !ok {
+		return ""
+	}
+	principal, _, ok := strings.Cut(rest, ":")
+	if !ok {
+		return ""
+	}
+	return principal
 }
 
 // ValidWorkspaceName reports whether name may name a workspace:

@@ -351,11 +351,11 @@ func appendMessage(dst []byte, msg any) (line []byte, isResult bool, err error) 
 			isResult = true
 		}
 	}
-	raw, err := json.Marshal(msg)
+	dst, err = appendMarshal(dst, msg)
 	if err != nil {
 		return nil, isResult, err
 	}
-	return append(append(dst, raw...), '\n'), isResult, nil
+	return append(dst, '\n'), isResult, nil
 }
 
 // appendToolResponse appends the response carrying res, as
@@ -468,13 +468,17 @@ func appendCommon(dst []byte, annotations *mcp.Annotations, meta *mcp.Meta) ([]b
 	return dst, nil
 }
 
-// appendMarshal appends v as json.Marshal renders it.
+// appendMarshal appends v as json.Marshal renders it, without HTML
+// escaping: <, > and & stay as they are, as in the strings written
+// directly.
 func appendMarshal(dst []byte, v any) ([]byte, error) {
-	raw, err := json.Marshal(v)
-	if err != nil {
+	b := bytes.NewBuffer(dst)
+	enc := json.NewEncoder(b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
 		return nil, err
 	}
-	return append(dst, raw...), nil
+	return bytes.TrimSuffix(b.Bytes(), []byte{'\n'}), nil
 }
 
 // appendRaw appends raw JSON: as it is when it is valid and on one line (as

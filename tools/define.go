@@ -409,6 +409,7 @@ func (c *Call) Sandbox(ctx context.Context) (*manage.Lease, error) {
 			c.notices = append(c.notices, n)
 		}
 	}
+	c.recoverJournals(ctx, l)
 	return l, nil
 }
 
@@ -433,23 +434,36 @@ func (c *Call) release() {
 // than the call. The tools' tests check every output whatever its size.
 var outputCheckBytes = 64 << 10
 
-// result renders a successful output: notices first (text), then the JSON
-// (text), then the blocks (for example file contents); structuredContent is
-// the same JSON, or the fuller one of a structuredCopier. An output that does not match the tool's output schema is a
-// bug: it is logged and the call fails.
+// ModelTexter is an output that renders itself for the model: the compact,
+// literal text of the result's text content (no JSON, no escaping; stdout,
+// stderr and file contents as they are). Notices are not part of it: result
+// prints them before it. An output without it is shown as compact JSON.
+type ModelTexter interface {
+	ModelText() string
+}
+
+// result renders a successful output. In the text format (the default) the
+// first content block is the notices, each prefixed NOTICE:, then the
+// output's ModelText (or its compact JSON when it has none); in the json
+// format the notices have a block of their own and the output's JSON
+// follows in another. Then come the blocks (for example file contents).
+// structuredContent is the JSON, or the fuller one of a structuredCopier;
+// no JSON escapes <, > or &. An output that does not match the tool's
+// output schema is a bug: it is logged and the call fails.
 func (c *Call) result(out any, blocks func(first int) []mcp.Content, schema *schemaCheck) *mcp.CallToolResult {
 	if ns, ok := out.(noticeSetter); ok && len(c.notices) > 0 {
 		ns.setNotices(c.notices)
 	}
+	jsonFormat := c.d.Config.ResultFormat == ResultJSON
 	first := 1
-	if len(c.notices) > 0 {
+	if jsonFormat && len(c.notices) > 0 {
 		first = 2
 	}
 	var extra []mcp.Content
 	if blocks != nil {
 		extra = blocks(first)
 	}
-	raw, err := json.Marshal(out)
+	raw, err := marshalLiteral(out)
 	if err != nil {
 		c.d.Logger.Error("tool output does not marshal", "tool", c.tool, "err", err)
 		return mcp.NewToolResultError("internal error: the result could not be encoded (logged on the server)")
@@ -457,7 +471,7 @@ func (c *Call) result(out any, blocks func(first int) []mcp.Content, schema *sch
 	structured := raw
 	if sc, ok := out.(structuredCopier); ok {
 		if alt, ok := sc.structuredCopy(); ok {
-			if structured, err = json.Marshal(alt); err != nil {
+			if structured, err = marshalLiteral(alt); err != nil {
 				c.d.Logger.Error("tool output does not marshal", "tool", c.tool, "err", err)
 				return mcp.NewToolResultError("internal error: the result could not be encoded (logged on the server)")
 			}
@@ -470,12 +484,44 @@ func (c *Call) result(out any, blocks func(first int) []mcp.Content, schema *sch
 		}
 	}
 	content := make([]mcp.Content, 0, 2+len(extra))
-	if len(c.notices) > 0 {
-		content = append(content, mcp.NewTextContent(noticeText(c.notices)))
+	if jsonFormat {
+		if len(c.notices) > 0 {
+			content = append(content, mcp.NewTextContent(noticeText(c.notices)))
+		}
+		content = append(content, mcp.NewTextContent(string(raw)))
+	} else {
+		text := string(raw)
+		if mt, ok := out.(ModelTexter); ok {
+			text = mt.ModelText()
+		}
+		content = append(content, mcp.NewTextContent(joinNotices(c.notices, text)))
 	}
-	content = append(content, mcp.NewTextContent(string(raw)))
 	content = append(content, extra...)
 	return &mcp.CallToolResult{Content: content, StructuredContent: json.RawMessage(structured)}
+}
+
+// marshalLiteral is json.Marshal without HTML escaping: <, > and & stay as
+// they are (a program's output and a file's text are no HTML).
+func marshalLiteral(v any) ([]byte, error) {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(b.Bytes(), []byte{'\n'}), nil
+}
+
+// joinNotices puts the notices (noticeText) before text, a blank line
+// between them.
+func joinNotices(notices []string, text string) string {
+	switch {
+	case len(notices) == 0:
+		return text
+	case text == "":
+		return noticeText(notices)
+	}
+	return noticeText(notices) + "\n\n" + text
 }
 
 // structuredCopier is an output whose structuredContent may say more than
@@ -490,11 +536,7 @@ type structuredCopier interface {
 func (c *Call) errorResult(err error) *mcp.CallToolResult {
 	reportInputError(c.ctx, err)
 	msg := c.describeError(err)
-	text := msg
-	if len(c.notices) > 0 {
-		text = noticeText(c.notices) + "\n\n" + msg
-	}
-	return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{mcp.NewTextContent(text)}}
+	return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{mcp.NewTextContent(joinNotices(c.notices, msg))}}
 }
 
 // describeError is the one place that maps error codes to text for the model.

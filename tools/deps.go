@@ -1,6 +1,7 @@
 package tools
 
 import (
+	"fmt"
 	"log/slog"
 	"sync"
 	"time"
@@ -48,6 +49,29 @@ type Config struct {
 	// InputWait bounds how long process_input waits for a process that does
 	// not read its input. Default 30 seconds.
 	InputWait time.Duration
+	// ResultFormat is how a result's text content is written: ResultText
+	// (the default) renders it for the model to read, ResultJSON sends the
+	// output's JSON, for clients that parse the text.
+	ResultFormat ResultFormat
+}
+
+// ResultFormat is the form of a result's text content.
+type ResultFormat string
+
+// The result formats: text for the model (the zero value means it too), or
+// the output's JSON.
+const (
+	ResultText ResultFormat = "text"
+	ResultJSON ResultFormat = "json"
+)
+
+// ParseResultFormat returns the format named s: "text" or "json".
+func ParseResultFormat(s string) (ResultFormat, error) {
+	switch f := ResultFormat(s); f {
+	case ResultText, ResultJSON:
+		return f, nil
+	}
+	return "", fmt.Errorf("result format %q: want text or json", s)
 }
 
 // DefaultConfig returns the usual limits: commands time out after 60
@@ -80,6 +104,12 @@ type Deps struct {
 	runs  runCounter
 	procs processRegistry
 	shell shellCache
+	dirs  shellDirs
+	// helpers remembers where each sandbox's search helper is.
+	helpers helperCache
+	// journals completes or undoes batches a crashed server left half
+	// done, once per sandbox (putjournal.go).
+	journals journalRecovery
 }
 
 // NewDeps returns Deps with defaults filled in for zero Config fields.
@@ -109,13 +139,14 @@ func orDefault[T int | int64 | time.Duration](v *T, def T) {
 }
 
 // EndSession forgets what the tools keep in memory for workspace key: its
-// background processes and its run counter. The server calls it when it
+// background processes, its run counter and its shell's directory. The server calls it when it
 // applies the end-of-session policy (Manager.EndSession) to key. A named
 // workspace used again later re-finds its processes in the sandbox, as
 // after a server restart.
 func (d *Deps) EndSession(key string) {
 	d.procs.drop(key)
 	d.runs.drop(key)
+	d.dirs.drop(key)
 }
 
 // runCounter numbers runs per workspace key.

@@ -23,7 +23,7 @@ type execInput struct {
 	Command    string   `json:"command,omitempty" jsonschema_description:"A shell command line, run with bash -c in the sandbox's login environment (what its login profile sets, read once per sandbox; PATH keeps the sandbox's own directories and gains the profile's; bash -lc if the profile cannot be read that way), or with sh -c where the sandbox has no bash. Pipes, redirections, && and globs work; a line of plain words with no shell syntax (ls -la src) runs directly in that same environment, as bash would run it. Give either command or argv, not both."`
 	Login      bool     `json:"login,omitempty" jsonschema_description:"Run the command in a login shell (bash -lc, or sh -lc where there is no bash), which re-reads the profile on each call; by default the login environment is captured once per sandbox and each command runs with bash -c. Use it when a profile (~/.profile, ~/.bash_profile) changed since the sandbox's first command. Default false; only with command."`
 	Argv       []string `json:"argv,omitempty" jsonschema:"minItems=1" jsonschema_description:"The program and its arguments, run directly without a shell (no quoting needed). argv[0] is looked up in PATH. Give either command or argv, not both."`
-	Cwd        string   `json:"cwd,omitempty" jsonschema_description:"Working directory, relative to the workspace root. Default: the workspace root. It must exist."`
+	Cwd        string   `json:"cwd,omitempty" jsonschema_description:"Directory this command starts in, relative to the workspace root; like a cd before the command, it then persists for the next ones. Default: where the previous command's shell ended (the workspace root at first, and after a reset). It must exist."`
 	Env        []envVar `json:"env,omitempty" jsonschema_description:"Extra environment variables for this command only, as a list of {name, value} pairs (for example [{\"name\": \"DEBUG\", \"value\": \"1\"}]); they override the sandbox's variables of the same name. Each name may appear once."`
 	Stdin      *string  `json:"stdin,omitempty" jsonschema_description:"Text written to the command's standard input; the input is then closed (EOF). Without it the command reads nothing. For a background process the text is written and stdin stays open for process_input."`
 	TimeoutSec *int64   `json:"timeout_sec,omitempty" jsonschema:"minimum=1" jsonschema_description:"Seconds before the command is killed (integer, at least 1). Default: the server's default timeout; values above the server's ceiling are lowered to it and the result says so. For a background process it is an optional kill deadline (none by default)."`
@@ -71,6 +71,7 @@ type execOutput struct {
 	Process          string      `json:"process,omitempty" jsonschema_description:"Background only: the process handle (g<generation>-p<pid>) for process_output, process_input, process_signal."`
 	Pid              uint32      `json:"pid,omitempty" jsonschema_description:"Background only: the process id inside the sandbox."`
 	TimeoutSec       int64       `json:"timeout_sec,omitempty" jsonschema_description:"The timeout in effect, in seconds, after clamping (absent for a background process without a deadline)."`
+	Cwd              string      `json:"cwd,omitempty" jsonschema_description:"The shell's working directory when the command ended (where it started, for argv, a background process or a command killed before it finished), relative to the workspace root (. for the root). The next command starts there."`
 	TimeoutClamped   bool        `json:"timeout_clamped" jsonschema_description:"True when the timeout_sec asked for was above the server's ceiling and was lowered to it."`
 }
 
@@ -81,7 +82,8 @@ func WorkspaceExec(d *Deps) Tool {
 		name:  "workspace_exec",
 		title: "Run a command in the workspace",
 		description: "Run a shell command (bash -c, in the sandbox's login environment) or an argv in the sandbox's workspace and wait for it; returns exit_code, stdout, stderr and timing. " +
-			"A non-zero exit code is a normal result, not a failure of the tool. Each stream is shown inline up to the server's limit (first and last part, with a marker) and saved whole in a log under .sandbox-mcp/runs/ that read_files can page through. " +
+			"A non-zero exit code is a normal result, not a failure of the tool. " +
+			"The working directory persists between calls: a cd carries over to the next command and each result shows the cwd; nothing else does: every command is a fresh shell, so exported variables, aliases and functions are gone next time (set them in the same command, or use env). Each stream is shown inline up to the server's limit (first and last part, with a marker) and saved whole in a log under .sandbox-mcp/runs/ that read_files can page through. " +
 			"Commands are killed at timeout_sec (the server clamps it to its ceiling). For servers, watchers or anything long, set background: true and follow the process with process_output.",
 		toolset: ToolsetExec,
 		annotations: Annotations{
@@ -207,7 +209,7 @@ func runExec(ctx context.Context, c *Call, in *execInput) (*execOutput, error) {
 		return nil, err
 	}
 	r := newPathResolver(c, lease.Sandbox.Workdir, lease.Client)
-	cwd := r.root
+	var cwd string
 	if in.Cwd != "" {
 		res, err := r.resolve(ctx, "cwd", in.Cwd)
 		switch {
@@ -220,6 +222,19 @@ func runExec(ctx context.Context, c *Call, in *execInput) (*execOutput, error) {
 		}
 		// The path as given (a link stays a link in pwd); envd follows it.
 		cwd = res.abs
+	} else if cwd, err = startDir(ctx, c, r, lease.Generation); err != nil {
+		return nil, err
+	}
+	// A foreground command string reports where its shell ended (see
+	// shellcwd.go).
+	var claim *runClaim
+	line, cwdFile := in.Command, ""
+	if !in.Background {
+		claim = newRunClaim(c.d, c.ws.Key, lease.Generation, r.root, lease.Client)
+		if in.Command != "" {
+			cwdFile = path.Join(r.root, cwdDir, claim.ID()+"-"+randomHex(6))
+			line = cwdTrap(cwdFile, in.Command)
+		}
 	}
 	cmd := envdclient.Command{Env: plan.env, Cwd: cwd, Timeout: plan.timeout}
 	if in.Command != "" {
@@ -227,7 +242,7 @@ func runExec(ctx context.Context, c *Call, in *execInput) (*execOutput, error) {
 		if err != nil {
 			return nil, err
 		}
-		cmd.Cmd, cmd.Args, cmd.Env = prof.command(in.Command, in.Login, plan.env)
+		cmd.Cmd, cmd.Args, cmd.Env = prof.command(line, in.Login, plan.env)
 	} else {
 		cmd.Cmd, cmd.Args = in.Argv[0], in.Argv[1:]
 	}
@@ -240,9 +255,9 @@ func runExec(ctx context.Context, c *Call, in *execInput) (*execOutput, error) {
 		c.Notice("%s", clampNotice(plan.asked, c.d.Config.MaxTimeout))
 	}
 	if in.Background {
+		out.Cwd = r.rel(cwd)
 		return startBackground(ctx, c, lease, r, cmd, plan, out)
 	}
-	claim := newRunClaim(c.d, c.ws.Key, lease.Generation, r.root, lease.Client)
 	// A plain command line runs without the shell (see plainWords); the
 	// shell after all when its first word is no executable in PATH (envd's
 	// NotFound at start, before any process existed). The shell's run keeps
@@ -251,11 +266,23 @@ func runExec(ctx context.Context, c *Call, in *execInput) (*execOutput, error) {
 		direct := cmd
 		direct.Cmd, direct.Args = words[0], words[1:]
 		res, err := runForeground(ctx, c, lease, r, claim, direct, plan, out)
+		if err == nil {
+			recordShellDir(c, r, lease.Generation, cwd, "", res)
+		}
 		if err == nil || !envdclient.IsNotFound(err) {
 			return res, err
 		}
 	}
-	return runForeground(ctx, c, lease, r, claim, cmd, plan, out)
+	res, err := runForeground(ctx, c, lease, r, claim, cmd, plan, out)
+	if err != nil {
+		return nil, err
+	}
+	ended := ""
+	if cwdFile != "" {
+		ended = readShellDir(ctx, lease.Client, cwdFile)
+	}
+	recordShellDir(c, r, lease.Generation, cwd, ended, res)
+	return res, nil
 }
 
 // runForeground runs cmd under claim's run id, streaming each output stream

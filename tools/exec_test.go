@@ -139,8 +139,12 @@ func TestWorkspaceExecCwdEnvStdin(t *testing.T) {
 		t.Fatalf("cwd: %q (root %s)", valueOf(out.Stdout), root)
 	}
 	out = h.execOK(map[string]any{"argv": []string{"pwd"}})
+	if valueOf(out.Stdout) != filepath.Join(root, "sub/deep")+"\n" {
+		t.Fatalf("a cwd persists like a cd: %q", valueOf(out.Stdout))
+	}
+	out = h.execOK(map[string]any{"argv": []string{"pwd"}, "cwd": "."})
 	if valueOf(out.Stdout) != root+"\n" {
-		t.Fatalf("default cwd: %q", valueOf(out.Stdout))
+		t.Fatalf("cwd .: %q", valueOf(out.Stdout))
 	}
 	out = h.execOK(map[string]any{"command": "pwd -P", "cwd": "inner"})
 	if valueOf(out.Stdout) != filepath.Join(root, "sub/deep")+"\n" {
@@ -164,6 +168,61 @@ func TestWorkspaceExecCwdEnvStdin(t *testing.T) {
 	out = h.execOK(map[string]any{"command": "cat; echo end"})
 	if valueOf(out.Stdout) != "end\n" {
 		t.Fatalf("no stdin: %q", valueOf(out.Stdout))
+	}
+}
+
+// TestWorkspaceExecCwdPersists: the shell's last directory is where the
+// next command starts, whether the command failed, exited or ran directly;
+// variables do not persist; a directory that went away, one outside the
+// workspace and a reset start again at the root.
+func TestWorkspaceExecCwdPersists(t *testing.T) {
+	h := newHarness(t, harnessOptions{})
+	root := h.lease().Sandbox.Workdir
+	out := h.execOK(map[string]any{"command": "mkdir -p a/b c && cd a && export FOO=bar"})
+	if out.Cwd != "a" {
+		t.Fatalf("cwd after cd a: %q", out.Cwd)
+	}
+	out = h.execOK(map[string]any{"command": `pwd; echo "foo=$FOO"`})
+	if valueOf(out.Stdout) != filepath.Join(root, "a")+"\nfoo=\n" || out.Cwd != "a" {
+		t.Fatalf("next command: %q in %q", valueOf(out.Stdout), out.Cwd)
+	}
+	out = h.execOK(map[string]any{"command": "cd b; false"})
+	if valueOf(out.ExitCode) != 1 || out.Cwd != "a/b" {
+		t.Fatalf("failing command: exit %d, cwd %q", valueOf(out.ExitCode), out.Cwd)
+	}
+	out = h.execOK(map[string]any{"command": "cd ../../c && exit 3"})
+	if valueOf(out.ExitCode) != 3 || out.Cwd != "c" {
+		t.Fatalf("exit: exit %d, cwd %q", valueOf(out.ExitCode), out.Cwd)
+	}
+	out = h.execOK(map[string]any{"command": "pwd"}) // plain words: runs directly
+	if valueOf(out.Stdout) != filepath.Join(root, "c")+"\n" || out.Cwd != "c" {
+		t.Fatalf("direct run: %q in %q", valueOf(out.Stdout), out.Cwd)
+	}
+	mustContain(t, resultText(h.call("workspace_exec", map[string]any{"command": "true"})), "cwd c")
+
+	h.sbRun("rm", "-rf", h.sbPath("c"))
+	out = h.execOK(map[string]any{"command": "pwd"})
+	if valueOf(out.Stdout) != root+"\n" || out.Cwd != "." || !hasNotice(out.Notices, "no longer a directory") {
+		t.Fatalf("removed directory: %q in %q, notices %q", valueOf(out.Stdout), out.Cwd, out.Notices)
+	}
+	out = h.execOK(map[string]any{"command": "cd /"})
+	if !hasNotice(out.Notices, "outside the workspace") {
+		t.Fatalf("cd /: notices %q", out.Notices)
+	}
+	if out = h.execOK(map[string]any{"command": "pwd"}); valueOf(out.Stdout) != root+"\n" {
+		t.Fatalf("after cd /: %q", valueOf(out.Stdout))
+	}
+	h.execOK(map[string]any{"command": "cd a"})
+	okAs[workspaceResetOutput](h, "workspace_reset", map[string]any{"confirm": true})
+	out = h.execOK(map[string]any{"command": "pwd"})
+	if out.Cwd != "." {
+		t.Fatalf("after a reset: cwd %q", out.Cwd)
+	}
+	if h.sbExists(".sandbox-mcp/cwd") {
+		entries, _ := h.lease().Client.ListDir(context.Background(), h.sbPath(".sandbox-mcp/cwd"), 1)
+		if len(entries) > 0 {
+			t.Errorf("cwd files left behind: %v", entries)
+		}
 	}
 }
 
@@ -271,7 +330,7 @@ func TestWorkspaceExecLargeOutput(t *testing.T) {
 	if len(head)+len(tail) != limit || !strings.HasPrefix(head, "abc\nabc\n") || !strings.HasSuffix(tail, "abc\nabc\n") {
 		t.Fatalf("inline: head %d tail %d bytes", len(head), len(tail))
 	}
-	if !hasNotice(out.Notices, "stdout was 10 485 760 bytes; showing the first 16 384 and the last 16 384 bytes; read the rest with read_files on "+logRel) {
+	if !hasNotice(out.Notices, "stdout was 10 485 760 bytes; showing the first 16 384 and the last 16 384 bytes; read the cut part with read_files on "+logRel+" from offset 16384 (or its end with tail)") {
 		t.Fatalf("notices: %q", out.Notices)
 	}
 	if out.FullOutput == nil || out.FullOutput.Stdout != logRel {

@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strconv"
+	"strings"
 	"unicode/utf8"
 
 	"connectrpc.com/connect"
@@ -35,6 +37,13 @@ type fileReader struct {
 	startLine int64
 	maxLines  int64
 	capped    int // files cut by a cap (not by max_lines)
+	// tail reads the last this many lines instead (0: not).
+	tail int64
+	// lineNumbers numbers the shown lines.
+	lineNumbers bool
+	// modelBudget is a read without a limit: at most maxLines lines, and
+	// over-long lines shown cut.
+	modelBudget bool
 }
 
 // read reads one path. The entry is filled as far as possible even when an
@@ -63,10 +72,16 @@ func (fr *fileReader) read(ctx context.Context, field, p string) (readFileEntry,
 		return e, inputErr(field, "%q is not a regular file (%s)", e.Path, st.Permissions)
 	}
 	e.Size = st.Size
-	if fr.lineMode {
+	switch {
+	case fr.tail > 0:
+		err = fr.readTail(ctx, &e, real)
+	case fr.lineMode:
 		err = fr.readLines(ctx, &e, real)
-	} else {
+	default:
 		err = fr.readRange(ctx, &e, real)
+	}
+	if err == nil {
+		err = fr.decorate(ctx, &e, real)
 	}
 	if err != nil {
 		if envdclient.IsNotFound(err) {
@@ -118,12 +133,181 @@ func (fr *fileReader) readRange(ctx context.Context, e *readFileEntry, real stri
 	e.Size = size
 	got := int64(len(data))
 	atEOF := e.Offset+got >= size
+	lineCut := false
+	wholeImage := e.Offset == 0 && atEOF && imageType(data) != ""
+	if fr.modelBudget && !wholeImage {
+		if n := lineEnd(data, fr.maxLines); n < len(data) {
+			data, atEOF, lineCut = data[:n], false, true
+		}
+	}
 	fr.render(e, data, atEOF, e.Offset == 0 && atEOF)
 	fr.budget -= e.Bytes
+	if lineCut {
+		continueBytes(e, int64(len(data)), want)
+		e.Note = fmt.Sprintf("showing %d lines, the default; read on from offset %d (or give limit or max_lines)", fr.maxLines, e.Offset+e.Bytes)
+		return nil
+	}
 	if continueBytes(e, got, want) {
 		fr.capped++
 	}
 	return nil
+}
+
+// lineEnd returns the length of data's first n lines (len(data) when it
+// has no more than n).
+func lineEnd(data []byte, n int64) int {
+	end := 0
+	for i := int64(0); i < n; i++ {
+		j := bytes.IndexByte(data[end:], '\n')
+		if j < 0 {
+			return len(data)
+		}
+		end += j + 1
+	}
+	return end
+}
+
+// readTail reads the last fr.tail lines of the file, within the caps: the
+// end of the file is fetched and cut back to the start of the first line
+// wanted (or of the first whole line, when the caps hold fewer).
+func (fr *fileReader) readTail(ctx context.Context, e *readFileEntry, real string) error {
+	if e.Size == 0 {
+		return nil
+	}
+	if fr.outOfBudget(e) {
+		return nil
+	}
+	want := min(fr.limit, fr.budget, e.Size)
+	start := e.Size - want
+	data, size, err := readRange(ctx, fr.cli, real, start, want)
+	if err != nil {
+		return err
+	}
+	e.Size = size
+	// The last line's newline does not start another line.
+	body := bytes.TrimSuffix(data, []byte{'\n'})
+	cut, found := 0, false
+	for i, n := len(body), int64(0); ; {
+		j := bytes.LastIndexByte(body[:i], '\n')
+		if j < 0 {
+			break
+		}
+		if n++; n == fr.tail {
+			cut, found = j+1, true
+			break
+		}
+		i = j
+	}
+	if !found && start > 0 {
+		// The caps hold fewer lines than asked: begin at a whole line.
+		if j := bytes.IndexByte(data, '\n'); j >= 0 && j+1 < len(data) {
+			cut = j + 1
+		}
+		e.Note = fmt.Sprintf("the read cap (%d bytes) holds fewer than the %d lines asked", want, fr.tail)
+	}
+	e.Offset = start + int64(cut)
+	fr.render(e, data[cut:], true, e.Offset == 0)
+	fr.budget -= e.Bytes
+	return nil
+}
+
+// decorate sets e.shown, the text the model reads, when it differs from the
+// bytes: lines numbered (line_numbers; lines before a byte offset are
+// counted in the file) and, in a default read, over-long lines cut.
+func (fr *fileReader) decorate(ctx context.Context, e *readFileEntry, real string) error {
+	if e.Encoding != "text" || e.Content == "" || !fr.lineNumbers && !fr.modelBudget {
+		return nil
+	}
+	first := int64(0)
+	if fr.lineNumbers {
+		switch {
+		case e.StartLine > 0:
+			first = e.StartLine
+		case e.Offset == 0:
+			first = 1
+		default:
+			n, err := countLines(ctx, fr.cli, real, e.Offset)
+			if err != nil {
+				return err
+			}
+			first = n + 1
+		}
+		e.LineNumbers = true
+	}
+	maxChars := 0
+	if fr.modelBudget {
+		maxChars = maxShownLineChars
+	}
+	shown, cut := shownText(e.Content, first, maxChars)
+	if cut > 0 {
+		note := fmt.Sprintf("%d line(s) longer than %d characters are shown cut; read them with offset and limit", cut, maxShownLineChars)
+		if e.Note != "" {
+			note = e.Note + "; " + note
+		}
+		e.Note = note
+	}
+	if shown != e.Content {
+		e.shown = shown
+	}
+	return nil
+}
+
+// shownText returns text with each line prefixed by its number and a tab
+// (counting from first; 0: no numbers) and lines longer than maxChars
+// characters (0: no limit) cut with a marker, and how many were cut.
+func shownText(text string, first int64, maxChars int) (string, int) {
+	var b strings.Builder
+	b.Grow(len(text) + len(text)/8)
+	cut := 0
+	n := first
+	for len(text) > 0 {
+		line, rest, nl := strings.Cut(text, "\n")
+		text = rest
+		if first > 0 {
+			b.WriteString(strconv.FormatInt(n, 10))
+			b.WriteByte('\t')
+			n++
+		}
+		if maxChars > 0 && len(line) > maxChars && utf8.RuneCountInString(line) > maxChars {
+			k := 0
+			for i := range line {
+				if k == maxChars {
+					fmt.Fprintf(&b, "%s… [line cut: %d more characters]", line[:i], utf8.RuneCountInString(line[i:]))
+					break
+				}
+				k++
+			}
+			cut++
+		} else {
+			b.WriteString(line)
+		}
+		if nl {
+			b.WriteByte('\n')
+		}
+	}
+	return b.String(), cut
+}
+
+// countLines counts the newlines in the first n bytes of the file abs,
+// streaming them.
+func countLines(ctx context.Context, cli *envdclient.Client, abs string, n int64) (int64, error) {
+	dl, err := cli.DownloadRange(ctx, abs, 0, n)
+	if err != nil {
+		return 0, err
+	}
+	defer dl.Close()
+	buf := make([]byte, 64<<10)
+	var lines int64
+	for {
+		m, err := dl.Read(buf)
+		lines += int64(bytes.Count(buf[:m], []byte{'\n'}))
+		if err == io.EOF {
+			return lines, nil
+		}
+		if err != nil {
+			return 0, err
+		}
+	}
 }
 
 // readRange returns the bytes [offset, offset+n) of the sandbox file abs

@@ -20,16 +20,18 @@ const (
 	maxListDepth       = 10
 	defaultListEntries = 1000
 	maxListEntries     = 5000
-	// maxListBytes bounds the bytes of paths (and symlink targets) one
-	// listing holds, whatever the entries' names.
-	maxListBytes = 4 << 20
+	// maxListBytes caps a listing's entries, as JSON (structuredContent,
+	// the larger of its two renderings): past it the list is cut with a
+	// next_offset, whatever max_entries says.
+	maxListBytes = 64 << 10
 )
 
 type listFilesInput struct {
 	Path       string `json:"path,omitempty" jsonschema:"default=." jsonschema_description:"Workspace-relative directory to list (default: the workspace root). A file gives just its own entry."`
 	Depth      int    `json:"depth,omitempty" jsonschema:"minimum=1" jsonschema_description:"How many levels to descend: 1 lists only the directory's entries. Default 2, or enough for glob (10 when it contains **)."`
 	Glob       string `json:"glob,omitempty" jsonschema_description:"Only entries whose workspace-relative path (or path relative to path) matches: * and ? within a name, [abc] classes, ** for any number of directories (for example **/*.go)."`
-	MaxEntries int    `json:"max_entries,omitempty" jsonschema:"minimum=1" jsonschema_description:"At most this many entries are returned (default 1000); total says how many matched."`
+	MaxEntries int    `json:"max_entries,omitempty" jsonschema:"minimum=1" jsonschema_description:"At most this many entries are returned (default 1000); total says how many matched. The result is also capped at 64 KiB; a cut list gives next_offset."`
+	Offset     int    `json:"offset,omitempty" jsonschema:"minimum=0" jsonschema_description:"Skip this many matching entries first (default 0): pass a cut list's next_offset to continue it."`
 }
 
 // JSONSchemaExtend publishes the limits runListFiles relies on.
@@ -40,10 +42,11 @@ func (listFilesInput) JSONSchemaExtend(s *jsonschema.Schema) {
 
 type listFilesOutput struct {
 	Meta
-	Path      string      `json:"path" jsonschema_description:"The directory listed, relative to the workspace."`
-	Entries   []fileEntry `json:"entries" jsonschema_description:"Entries in depth-first order, names sorted within a directory."`
-	Total     int         `json:"total" jsonschema_description:"Entries that matched; when truncated, a lower bound (the listing stops at the cap)."`
-	Truncated bool        `json:"truncated" jsonschema_description:"True when max_entries (or the server's cap on listed bytes) cut the list; narrow it with path, depth or glob."`
+	Path       string      `json:"path" jsonschema_description:"The directory listed, relative to the workspace."`
+	Entries    []fileEntry `json:"entries" jsonschema_description:"Entries in depth-first order, names sorted within a directory."`
+	Total      int         `json:"total" jsonschema_description:"Entries that matched, counting those skipped by offset; when truncated, a lower bound (the listing stops at the cap)."`
+	Truncated  bool        `json:"truncated" jsonschema_description:"True when max_entries or the result's byte cap cut the list; continue with next_offset, or narrow it with path, depth or glob."`
+	NextOffset int         `json:"next_offset,omitempty" jsonschema_description:"When truncated: the offset that lists the entries after these."`
 }
 
 type fileEntry struct {
@@ -64,7 +67,7 @@ func ListFiles(d *Deps) Tool {
 		name:  "list_files",
 		title: "List files",
 		description: "List a workspace directory to a depth (default 2) with each entry's type, size, mode and modification time, optionally filtered by a glob (** matches any number of directories). " +
-			"At most max_entries entries (default 1000, up to 5000); total and truncated say when more matched. " +
+			"At most max_entries entries (default 1000, up to 5000) and 64 KiB; total, truncated and next_offset say when more matched and how to continue (offset). " +
 			"The tools' own run logs live in .sandbox-mcp; their contents are listed only when path or glob names that directory.",
 		toolset:     ToolsetFiles,
 		annotations: Annotations{ReadOnly: true, Destructive: false, Idempotent: true, OpenWorld: false},
@@ -107,9 +110,10 @@ func runListFiles(ctx context.Context, c *Call, in *listFilesInput) (*listFilesO
 	}
 	st := res.entry
 	showToolData := base == toolDataDir || underToolData(base) || (g != nil && g.namesToolData())
-	var bytesHeld int
-	// add takes one listed entry; it stops the walk when the entry matches
-	// but the caps are reached, so what is held stays within them.
+	size, full := 0, false
+	// add takes one listed entry; it skips the first offset matches and
+	// stops the walk at the first match past the caps (entries and the
+	// result's JSON bytes), so what is held stays within them.
 	add := func(e envdclient.Entry) error {
 		rel := r.rel(e.Path)
 		if !showToolData && underToolData(rel) {
@@ -119,12 +123,18 @@ func runListFiles(ctx context.Context, c *Call, in *listFilesInput) (*listFilesO
 			return nil
 		}
 		out.Total++
-		if len(out.Entries) >= maxEntries || bytesHeld >= maxListBytes {
+		if out.Total <= in.Offset {
+			return nil
+		}
+		if len(out.Entries) >= maxEntries || full {
 			out.Truncated = true
 			return envdclient.ErrStopWalk
 		}
 		fe := entryOut(r, rel, e)
-		bytesHeld += len(fe.Path) + len(fe.SymlinkTarget)
+		if size += fe.jsonSize(); size > maxListBytes && len(out.Entries) > 0 {
+			full, out.Truncated = true, true
+			return envdclient.ErrStopWalk
+		}
 		out.Entries = append(out.Entries, fe)
 		return nil
 	}
@@ -137,11 +147,14 @@ func runListFiles(ctx context.Context, c *Call, in *listFilesInput) (*listFilesO
 		_ = add(st)
 	}
 	if out.Truncated {
-		limit := fmt.Sprintf("max_entries %d", maxEntries)
-		if len(out.Entries) < maxEntries {
-			limit = fmt.Sprintf("the server's cap of %d bytes of paths", maxListBytes)
+		shown := in.Offset + len(out.Entries)
+		out.NextOffset = shown
+		why := fmt.Sprintf("max_entries %d", maxEntries)
+		if full {
+			why = fmt.Sprintf("the result's cap of %d KiB", maxListBytes>>10)
 		}
-		c.Notice("list_files shows the first %d matching entries (%s); at least %d matched. Narrow the listing with path, depth or glob.", len(out.Entries), limit, out.Total)
+		c.Notice("list_files shows entries %d-%d (%s); at least %d matched; continue with offset %d, or narrow the listing with path, depth or glob.",
+			in.Offset+1, shown, why, out.Total, shown)
 	}
 	return out, nil
 }
@@ -183,4 +196,9 @@ func entryOut(r *pathResolver, rel string, e envdclient.Entry) fileEntry {
 		fe.Type = "other"
 	}
 	return fe
+}
+
+// jsonSize is about the bytes e takes in the listing's JSON.
+func (e fileEntry) jsonSize() int {
+	return 110 + len(e.Path) + len(e.SymlinkTarget) + len(e.Type)
 }

@@ -4,6 +4,7 @@ package tools
 
 import (
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -68,7 +69,7 @@ func TestListFiles(t *testing.T) {
 	if len(out.Entries) != 2 || !out.Truncated || out.Total != 3 {
 		t.Errorf("truncated listing: %d entries, total %d, truncated %v: %v", len(out.Entries), out.Total, out.Truncated, paths(out))
 	}
-	mustContain(t, resultText(res), "NOTICE:", "first 2 matching", "at least 3 matched")
+	mustContain(t, resultText(res), "NOTICE:", "entries 1-2", "at least 3 matched")
 	// The tools' own logs show when asked for by name.
 	out, _ = okAs[listFilesOutput](h, "list_files", map[string]any{"path": toolDataDir, "depth": 3})
 	if got := paths(out); !slices.Contains(got, toolDataDir+"/runs/1/stdout.log") {
@@ -121,5 +122,26 @@ func TestListDepth(t *testing.T) {
 		if got := listDepth(tc.depth, g); got != tc.want {
 			t.Errorf("listDepth(%d, %q) = %d, want %d", tc.depth, tc.glob, got, tc.want)
 		}
+	}
+}
+
+// TestListFilesByteCap: a listing larger than the byte cap is cut with a
+// next_offset, and reading on from it lists the rest.
+func TestListFilesByteCap(t *testing.T) {
+	h := newHarness(t, harnessOptions{})
+	name := strings.Repeat("n", 200)
+	h.sbRun("sh", "-c", `cd "$1" && for i in $(seq 1 400); do : > "$2$i"; done`, "sh", h.sbPath("."), name)
+	out, res := okAs[listFilesOutput](h, "list_files", map[string]any{"depth": 1})
+	if !out.Truncated || out.NextOffset == 0 || out.NextOffset != len(out.Entries) || len(out.Entries) >= 400 {
+		t.Fatalf("not cut: %d entries, truncated %v, next %d", len(out.Entries), out.Truncated, out.NextOffset)
+	}
+	mustContain(t, resultText(res), "more: offset", "continue with offset")
+	seen := len(out.Entries)
+	for out.Truncated {
+		out, _ = okAs[listFilesOutput](h, "list_files", map[string]any{"depth": 1, "offset": out.NextOffset})
+		seen += len(out.Entries)
+	}
+	if seen != out.Total {
+		t.Fatalf("saw %d of %d entries", seen, out.Total)
 	}
 }

@@ -75,6 +75,11 @@ func eventNotice(ev manage.Event) string {
 		}
 	case manage.EventUnisolated:
 		return strings.Join(ev.Warnings, " ")
+	case manage.EventStoreRebuilt:
+		if ev.FilesKept {
+			return "The server's state file was damaged and rebuilt from the sandboxes on disk; this workspace's sandbox and its files were recovered."
+		}
+		return "The server's state file was damaged and rebuilt from the sandboxes on disk, and no sandbox of this workspace was found there: this is a new, empty sandbox, and files this workspace had before, if any, are lost."
 	}
 	return ""
 }

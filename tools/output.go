@@ -165,7 +165,7 @@ func humanBytes(n int64) string {
 func truncatedNotice(stream string, total, head, tail int64, logRel string) string {
 	where := "the full output could not be saved (see the other notice)"
 	if logRel != "" {
-		where = fmt.Sprintf("read the rest with read_files on %s using offset/limit", logRel)
+		where = fmt.Sprintf("read the cut part with read_files on %s from offset %d (or its end with tail)", logRel, head)
 	}
 	return fmt.Sprintf("%s was %s bytes; showing the first %s and the last %s bytes; %s.",
 		stream, groupDigits(total), groupDigits(head), groupDigits(tail), where)

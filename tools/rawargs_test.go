@@ -264,9 +264,16 @@ func FuzzAppendJSONString(f *testing.F) {
 }
 
 // TestReadFilesContentBlocks: each file's bytes come in a block of their
-// own, which content_index names, notices or not.
+// own, which content_index names, notices or not: in the text format the
+// notices lead the first block, in the json format they have their own.
 func TestReadFilesContentBlocks(t *testing.T) {
-	h := newHarness(t, harnessOptions{config: Config{MaxReadBytes: 1 << 20}})
+	for _, format := range []ResultFormat{ResultText, ResultJSON} {
+		t.Run(string(format), func(t *testing.T) { testReadFilesContentBlocks(t, format) })
+	}
+}
+
+func testReadFilesContentBlocks(t *testing.T, format ResultFormat) {
+	h := newHarness(t, harnessOptions{config: Config{MaxReadBytes: 1 << 20, ResultFormat: format}})
 	h.sbWrite("a.txt", "alpha\n")
 	h.sbWrite("b.bin", "\x00\x01\x02")
 	h.sbWrite("empty.txt", "")
@@ -278,7 +285,7 @@ func TestReadFilesContentBlocks(t *testing.T) {
 		var out readFilesOutput
 		res := h.ok("read_files", args, &out)
 		first := 1
-		if len(out.Notices) > 0 {
+		if len(out.Notices) > 0 && format == ResultJSON {
 			first = 2
 		}
 		if len(res.Content) != first+2 {
@@ -324,7 +331,8 @@ func TestReadFilesMessageLimit(t *testing.T) {
 				if calls > 64 {
 					t.Fatalf("%s (%s): no end after %d calls", name, encoding, calls)
 				}
-				args := jsonText(t, map[string]any{"paths": []string{name}, "offset": offset, "encoding": encoding})
+				// An explicit limit: exact bytes, no default line budget.
+				args := jsonText(t, map[string]any{"paths": []string{name}, "offset": offset, "encoding": encoding, "limit": 4 << 20})
 				res, err := read.Handler(ctx, rawCallRequest("read_files", args))
 				if err != nil || res.IsError {
 					t.Fatalf("%s: %v %s", name, err, resultText(res))

@@ -8,8 +8,11 @@ import (
 	"image"
 	"image/color"
 	"image/png"
+	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/mark3labs/mcp-go/mcp"
 )
 
 func TestReadFilesRanges(t *testing.T) {
@@ -202,4 +205,65 @@ func TestImageType(t *testing.T) {
 			t.Errorf("imageType(%q) = %q, want %q", in, got, want)
 		}
 	}
+}
+
+// numberedLines returns lines from..to, each "line N\n".
+func numberedLines(from, to int) string {
+	var b strings.Builder
+	for i := from; i <= to; i++ {
+		b.WriteString("line ")
+		b.WriteString(strconv.Itoa(i))
+		b.WriteByte('\n')
+	}
+	return b.String()
+}
+
+// TestReadFilesModelBudget: a read without a limit returns 2000 lines and
+// says where to go on; long lines are shown cut while structuredContent
+// keeps the bytes; tail reads the end; line_numbers numbers what is shown.
+func TestReadFilesModelBudget(t *testing.T) {
+	h := newHarness(t, harnessOptions{})
+	h.sbWrite("big.txt", numberedLines(1, 2500))
+	out, res := okAs[readFilesOutput](h, "read_files", map[string]any{"paths": []string{"big.txt"}})
+	f := out.Files[0]
+	want := numberedLines(1, 2000)
+	if f.Content != want || !f.Truncated || f.NextOffset == nil || *f.NextOffset != int64(len(want)) {
+		t.Fatalf("default read: %d bytes, truncated %v, next %v", len(f.Content), f.Truncated, f.NextOffset)
+	}
+	mustContain(t, resultText(res), "big.txt: bytes 0-", "more: offset "+strconv.Itoa(len(want)), "showing 2000 lines")
+	if f := readOne(h, map[string]any{"paths": []string{"big.txt"}, "offset": *f.NextOffset}); f.Content != numberedLines(2001, 2500) || f.Truncated {
+		t.Fatalf("read on: %d bytes, truncated %v", len(f.Content), f.Truncated)
+	}
+
+	tail := readOne(h, map[string]any{"paths": []string{"big.txt"}, "tail": 3})
+	if tail.Content != numberedLines(2498, 2500) || tail.Truncated {
+		t.Fatalf("tail: %q", tail.Content)
+	}
+	_, res = okAs[readFilesOutput](h, "read_files", map[string]any{"paths": []string{"big.txt"}, "tail": 2, "line_numbers": true})
+	if got := res.Content[1].(mcp.TextContent).Text; got != "2499\tline 2499\n2500\tline 2500\n" {
+		t.Fatalf("numbered tail: %q", got)
+	}
+	_, res = okAs[readFilesOutput](h, "read_files", map[string]any{"paths": []string{"big.txt"}, "start_line": 10, "max_lines": 2, "line_numbers": true})
+	if got := res.Content[1].(mcp.TextContent).Text; got != "10\tline 10\n11\tline 11\n" {
+		t.Fatalf("numbered lines: %q", got)
+	}
+
+	long := strings.Repeat("é", 3000)
+	h.sbWrite("long.txt", "short\n"+long+"\nend")
+	res = h.ok("read_files", map[string]any{"paths": []string{"long.txt"}}, nil)
+	shown := res.Content[1].(mcp.TextContent).Text
+	if shown != "short\n"+strings.Repeat("é", 2000)+"… [line cut: 1000 more characters]\nend" {
+		t.Fatalf("long line shown as %q…", shown[:40])
+	}
+	var raw struct {
+		Files []struct {
+			Content string `json:"content"`
+		} `json:"files"`
+	}
+	decodeStructured(t, res, &raw)
+	if raw.Files[0].Content != "short\n"+long+"\nend" {
+		t.Fatal("structuredContent does not keep the bytes of the long line")
+	}
+	mustContain(t, resultText(res), "longer than 2000 characters")
+	mustContain(t, h.fail("read_files", map[string]any{"paths": []string{"long.txt"}, "tail": 1, "offset": 3}), "invalid argument tail")
 }

@@ -40,6 +40,8 @@ func readFilesContent(out *readFilesOutput, first int) []mcp.Content {
 		switch {
 		case f.imageData != "":
 			blocks = append(blocks, mcp.NewImageContent(f.imageData, f.MimeType))
+		case f.shown != "":
+			blocks = append(blocks, mcp.NewTextContent(f.shown))
 		case f.Content != "":
 			blocks = append(blocks, mcp.NewTextContent(f.Content))
 		default:
@@ -159,7 +161,7 @@ func (c *Call) readResponseSize(out *readFilesOutput) int64 {
 	}
 	var text, images int64
 	for _, f := range out.Files {
-		text += int64(len(f.Content)) + 32
+		text += int64(len(f.Content)+len(f.shown)) + 32
 		if f.imageData != "" {
 			images += int64(len(f.imageData)+len(f.MimeType)) + 64
 		}
@@ -179,6 +181,9 @@ func (c *Call) readResponseSize(out *readFilesOutput) int64 {
 	for _, f := range out.Files {
 		if f.Content != "" {
 			n += copies * (int64(jsonStringLen(f.Content)) + 32)
+		}
+		if f.shown != "" {
+			n += int64(jsonStringLen(f.shown)) + 32
 		}
 	}
 	return n

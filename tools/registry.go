@@ -40,7 +40,7 @@ type ToolsetInfo struct {
 var Toolsets = []ToolsetInfo{
 	{ToolsetExec, "run commands in the workspace"},
 	{ToolsetProcess, "follow, feed and stop background processes"},
-	{ToolsetFiles, "write, read and list workspace files"},
+	{ToolsetFiles, "write, read, list, edit and search workspace files"},
 	{ToolsetTransfer, "bring inputs in, take outputs out (host roots and the artifact store)"},
 	{ToolsetAdmin, "describe or reset the workspace's sandbox"},
 }
@@ -72,6 +72,8 @@ var constructors = []func(*Deps) Tool{
 	PutFiles,
 	ReadFiles,
 	ListFiles,
+	EditFile,
+	SearchFiles,
 	StageInputs,
 	CollectOutputs,
 	WorkspaceInfo,

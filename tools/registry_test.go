@@ -85,8 +85,8 @@ var snakeCase = regexp.MustCompile(`^[a-z][a-z_]*[a-z]$`)
 func TestRegistryGuardrails(t *testing.T) {
 	d := NewDeps(nil, DefaultConfig(), nil)
 	all := All(d)
-	if len(all) != 12 {
-		t.Errorf("%d tools; the design lists 12", len(all))
+	if len(all) != 14 {
+		t.Errorf("%d tools; the design lists 14", len(all))
 	}
 	names := map[string]bool{}
 	for _, tool := range all {

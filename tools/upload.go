@@ -66,10 +66,15 @@ type uploadBatch struct {
 	fresh bool
 	// progress, when set, is told how many files were uploaded so far.
 	progress func(done int)
+	// beforeMove, when set, runs after every upload and before the first
+	// rename; an error from it aborts the batch with nothing changed.
+	beforeMove func(ctx context.Context) error
 
 	prevMode []fs.FileMode // mode of the file replaced, 0 when new
 	newDirs  []string      // directories the uploads will create
-	temps    []string
+	planned  []string      // each item's temporary name
+	temps    []string      // the temporaries written (or being written), "" once moved
+	journal  string        // the batch's journal in the sandbox (putjournal.go), "" when none
 }
 
 // run performs the batch. Errors come back through c.Check; an error before
@@ -78,13 +83,32 @@ func (b *uploadBatch) run(ctx context.Context) ([]uploadResult, error) {
 	if err := b.prepare(ctx); err != nil {
 		return nil, err
 	}
+	defer b.dropJournal()
 	b.temps = make([]string, len(b.items))
+	b.planned = make([]string, len(b.items))
+	for i, it := range b.items {
+		b.planned[i] = tempName(it.dest, tmpMarker)
+	}
+	if err := b.writeJournal(ctx, phaseUpload, nil); err != nil {
+		return nil, b.abort(err, "recording the write journal failed")
+	}
 	for i := range b.items {
 		if err := b.upload(ctx, i); err != nil {
 			return nil, b.abort(err, fmt.Sprintf("writing %s failed", b.items[i].shown))
 		}
 		if b.progress != nil {
 			b.progress(i + 1)
+		}
+		maybeCrash(phaseUpload, i+1)
+	}
+	// From here on a crash is rolled forward: the journal says which
+	// temporaries go where, with the modes applyModes would give them.
+	if err := b.writeJournal(ctx, phaseRename, b.finalModes()); err != nil {
+		return nil, b.abort(err, "recording the write journal failed")
+	}
+	if b.beforeMove != nil {
+		if err := b.beforeMove(ctx); err != nil {
+			return nil, b.abort(err, "checking before moving the files into place failed")
 		}
 	}
 	results := make([]uploadResult, len(b.items))
@@ -101,11 +125,27 @@ func (b *uploadBatch) run(ctx context.Context) ([]uploadResult, error) {
 		b.temps[i] = ""
 		results[i].mode = fs.FileMode(e.Mode)
 		results[i].bytes = e.Size
+		maybeCrash(phaseRename, i+1)
 	}
 	if err := b.applyModes(ctx, results); err != nil {
 		return nil, err
 	}
 	return results, nil
+}
+
+// finalModes returns the mode each file is to have once in place (the one
+// asked for, else the one of the file it replaces; 0 keeps the upload's).
+func (b *uploadBatch) finalModes() []fs.FileMode {
+	modes := make([]fs.FileMode, len(b.items))
+	for i, it := range b.items {
+		switch {
+		case it.hasMode:
+			modes[i] = it.mode
+		case b.prevMode[i] != 0:
+			modes[i] = b.prevMode[i]
+		}
+	}
+	return modes
 }
 
 // prepare checks every destination: not a directory or special file, and
@@ -181,7 +221,7 @@ func (b *uploadBatch) upload(ctx context.Context, i int) error {
 		return fmt.Errorf("reading the content of %s: %w", it.shown, err)
 	}
 	defer r.Close()
-	tmp := tempName(it.dest, tmpMarker)
+	tmp := b.planned[i]
 	b.temps[i] = tmp
 	return b.c.Check(b.r.cli.Upload(ctx, tmp, r, envdclient.UploadOptions{}))
 }
@@ -189,7 +229,8 @@ func (b *uploadBatch) upload(ctx context.Context, i int) error {
 // abort removes what the batch created and returns err explained.
 func (b *uploadBatch) abort(err error, what string) error {
 	if isLost(err) {
-		return err // the sandbox is gone with the temporaries
+		b.journal = "" // the sandbox is gone with the temporaries and the journal
+		return err
 	}
 	b.removeTemps(0)
 	for _, d := range b.newDirs {

@@ -265,7 +265,9 @@ func (c *Client) checkRedirect(req *http.Request, via []*http.Request) error {
 }
 
 // stampTransport adds credentials and routing headers to requests for the
-// configured origin, and refuses any other.
+// configured origin, and refuses any other. With sandbox routing, E2B's
+// proxy answering that it has no such sandbox becomes a
+// *SandboxNotFoundError (the request reached no envd).
 type stampTransport struct {
 	next   http.RoundTripper
 	origin *url.URL
@@ -296,7 +298,12 @@ func (t *stampTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if t.opts.user != "" && h.Get("Authorization") == "" {
 		h.Set("Authorization", "Basic "+base64.StdEncoding.EncodeToString([]byte(t.opts.user+":")))
 	}
-	return t.next.RoundTrip(req)
+	resp, err := t.next.RoundTrip(req)
+	if err == nil && t.opts.sandboxID != "" && sandboxNotFound(resp, t.opts.sandboxID) {
+		resp.Body.Close()
+		return nil, &SandboxNotFoundError{SandboxID: t.opts.sandboxID}
+	}
+	return resp, err
 }
 
 // Health checks GET /health (204 when the daemon is up).

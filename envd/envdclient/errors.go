@@ -1,6 +1,7 @@
 package envdclient
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -43,6 +44,22 @@ func (e *StreamCutError) Error() string {
 // Unwrap returns the underlying read error.
 func (e *StreamCutError) Unwrap() error { return e.Err }
 
+// ProxySandboxNotFound is the message of E2B's envd proxy when it has no
+// sandbox to route a request to (HTTP 502 with the JSON body
+// {"sandboxId", "message", "code"}).
+const ProxySandboxNotFound = "The sandbox was not found"
+
+// SandboxNotFoundError reports that E2B's envd proxy answered that it has no
+// sandbox SandboxID to route the request to: it reached no envd, so nothing
+// of it ran.
+type SandboxNotFoundError struct {
+	SandboxID string
+}
+
+func (e *SandboxNotFoundError) Error() string {
+	return fmt.Sprintf("the sandbox proxy has no sandbox %s (%q)", e.SandboxID, ProxySandboxNotFound)
+}
+
 // HTTPStatusError is a non-2xx answer to a plain HTTP call (/files, /health),
 // kept so callers can see the status a proxy returned.
 type HTTPStatusError struct {
@@ -56,7 +73,8 @@ func (e *HTTPStatusError) Error() string {
 
 // IsPossibleLoss reports whether err could mean the sandbox is gone: no
 // connection (refused, reset, socket missing), an HTTP 502/503/504 from a
-// proxy, Connect's unavailable, or a stream cut mid-call. The lifecycle layer
+// proxy (E2B's "sandbox not found" among them), Connect's unavailable, or a
+// stream cut mid-call. The lifecycle layer
 // confirms with the provider before acting; a true here is a suspicion, not a
 // verdict. A caller's own cancellation is never a loss.
 func IsPossibleLoss(err error) bool {
@@ -68,9 +86,10 @@ func IsPossibleLoss(err error) bool {
 	}
 	var dial *DialError
 	var cut *StreamCutError
+	var notFound *SandboxNotFoundError
 	var status *HTTPStatusError
 	switch {
-	case errors.As(err, &dial), errors.As(err, &cut):
+	case errors.As(err, &dial), errors.As(err, &cut), errors.As(err, &notFound):
 		return true
 	case errors.As(err, &status):
 		return status.Status == http.StatusBadGateway || status.Status == http.StatusServiceUnavailable || status.Status == http.StatusGatewayTimeout
@@ -83,11 +102,35 @@ func IsPossibleLoss(err error) bool {
 }
 
 // IsNotSent reports whether err shows the request never reached envd (the
-// connection could not be opened), so whatever it asked for certainly did
-// not run.
+// connection could not be opened, or E2B's proxy had no sandbox to route it
+// to), so whatever it asked for certainly did not run.
 func IsNotSent(err error) bool {
 	var dial *DialError
-	return errors.As(err, &dial)
+	var notFound *SandboxNotFoundError
+	return errors.As(err, &dial) || errors.As(err, &notFound)
+}
+
+// sandboxNotFound reports whether resp is E2B's proxy answering that it has
+// no sandbox id. resp's body stays readable from its start either way.
+func sandboxNotFound(resp *http.Response, id string) bool {
+	if resp.StatusCode != http.StatusBadGateway {
+		return false
+	}
+	head, err := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
+	resp.Body = readCloser{Reader: io.MultiReader(bytes.NewReader(head), resp.Body), Closer: resp.Body}
+	if err != nil {
+		return false
+	}
+	var body struct {
+		SandboxID string `json:"sandboxId"`
+		Message   string `json:"message"`
+	}
+	return json.Unmarshal(head, &body) == nil && body.SandboxID == id && body.Message == ProxySandboxNotFound
+}
+
+type readCloser struct {
+	io.Reader
+	io.Closer
 }
 
 // IsNotFound reports whether err is Connect's not_found (an unknown pid, tag,

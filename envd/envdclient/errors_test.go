@@ -63,3 +63,46 @@ func TestLossPredicates(t *testing.T) {
 		srv.Close()
 	}
 }
+
+// TestProxySandboxNotFound: with sandbox routing, E2B's proxy answering 502
+// "The sandbox was not found" for that very sandbox means the request
+// reached no envd: a loss, and certainly not run, on every kind of call.
+// Another sandbox's body, another message, or no routing is only a
+// possible loss.
+func TestProxySandboxNotFound(t *testing.T) {
+	for _, tc := range []struct {
+		name, body string
+		routed     bool
+		notSent    bool
+	}{
+		{"this sandbox", `{"sandboxId":"sbx1","message":"The sandbox was not found","code":502}`, true, true},
+		{"another sandbox", `{"sandboxId":"sbx2","message":"The sandbox was not found","code":502}`, true, false},
+		{"another message", `{"sandboxId":"sbx1","message":"upstream reset","code":502}`, true, false},
+		{"not json", `Bad Gateway`, true, false},
+		{"no routing", `{"sandboxId":"sbx1","message":"The sandbox was not found","code":502}`, false, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Content-Type", "application/json")
+				w.WriteHeader(http.StatusBadGateway)
+				fmt.Fprint(w, tc.body)
+			}))
+			defer srv.Close()
+			var opts []envdclient.Option
+			if tc.routed {
+				opts = append(opts, envdclient.WithSandboxRouting("sbx1", 0))
+			}
+			c := newClient(t, srv.URL, opts...)
+			_, serr := c.Stat(t.Context(), "x")
+			_, derr := c.Download(t.Context(), "x")
+			_, rerr := c.Run(t.Context(), sh("true"), envdclient.RunOptions{})
+			for what, e := range map[string]error{"rpc": serr, "rest": derr, "stream": rerr} {
+				var nf *envdclient.SandboxNotFoundError
+				if !envdclient.IsPossibleLoss(e) || envdclient.IsNotSent(e) != tc.notSent || errors.As(e, &nf) != tc.notSent {
+					t.Errorf("%s: %v: IsPossibleLoss %v, IsNotSent %v; want a loss, not sent %v",
+						what, e, envdclient.IsPossibleLoss(e), envdclient.IsNotSent(e), tc.notSent)
+				}
+			}
+		})
+	}
+}

@@ -10,9 +10,11 @@
 // second one failing to start.
 //
 // Faults: a file still locked by another process after the lock timeout is a
-// clear error naming the file; a corrupt file is moved aside (kept for
-// inspection, logged) and a fresh one started, so one bad file never stops
-// the server. A truncated file, which bbolt would read past its end (a
+// clear error naming the file; a corrupt file (empty ones included: a new
+// file is made whole under a temporary name and linked into place, so it is
+// never seen empty) is moved aside (kept for inspection, logged) and a fresh
+// one started, so one bad file never stops the server, and Damages tells the
+// Manager to rebuild the records from the provider's sandboxes. A truncated file, which bbolt would read past its end (a
 // SIGBUS no recover catches), is found before it is mapped (check.go), and
 // a fault on the mapping is made a panic of the goroutine, recovered as
 // corruption. Sandboxes themselves are never touched by the store.
@@ -30,6 +32,7 @@ import (
 	"path/filepath"
 	"runtime/debug"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -68,6 +71,8 @@ type Store struct {
 
 	mu     sync.Mutex // serialises this process's own opens
 	closed bool
+
+	damages atomic.Uint64 // damaged files moved aside
 }
 
 var _ manage.Store = (*Store)(nil)
@@ -106,6 +111,12 @@ func Open(dir string, opts Options) (*Store, error) {
 	return s, nil
 }
 
+var _ manage.DamageReporter = (*Store)(nil)
+
+// Damages implements manage.DamageReporter: the damaged files this Store
+// moved aside and replaced with an empty one.
+func (s *Store) Damages() uint64 { return s.damages.Load() }
+
 // Path returns the database file's path.
 func (s *Store) Path() string { return s.path }
 
@@ -125,7 +136,8 @@ func (s *Store) open(readOnly bool) (*bolt.DB, error) {
 	if rerr := os.Rename(s.path, aside); rerr != nil {
 		return nil, fmt.Errorf("store file %s is corrupt (%v) and could not be moved aside: %w", s.path, err, rerr)
 	}
-	s.log.Error("store file was corrupt; moved it aside and started a fresh one (workspaces recorded in it are forgotten; their sandboxes are untouched)",
+	s.damages.Add(1)
+	s.log.Error("store file was corrupt; moved it aside and started a fresh one (the server rebuilds the records from the sandboxes on disk; their sandboxes are untouched)",
 		"file", s.path, "moved_to", aside, "err", err)
 	return s.openOnce(readOnly)
 }
@@ -140,9 +152,9 @@ func (s *Store) openOnce(readOnly bool) (db *bolt.DB, err error) {
 			db, err = nil, fmt.Errorf("%w: %v", errCorrupt, p)
 		}
 	}()
-	if readOnly {
-		if _, statErr := os.Stat(s.path); errors.Is(statErr, os.ErrNotExist) {
-			readOnly = false // create it
+	if _, statErr := os.Stat(s.path); errors.Is(statErr, os.ErrNotExist) {
+		if err := s.create(); err != nil {
+			return nil, err
 		}
 	}
 	checkCtx, cancel := context.WithTimeout(context.Background(), s.timeout)
@@ -162,6 +174,39 @@ func (s *Store) openOnce(readOnly bool) (db *bolt.DB, err error) {
 		return nil, fmt.Errorf("store file %s cannot be opened for writing: %w", s.path, err)
 	}
 	return nil, fmt.Errorf("store file %s: %w", s.path, err)
+}
+
+// create makes the store file whole under a temporary name and links it
+// into place, so that the file at s.path is never seen empty or half
+// initialised: an empty store file is then always damage. A file another
+// process linked first is kept.
+func (s *Store) create() error {
+	tmp, err := os.CreateTemp(filepath.Dir(s.path), "."+FileName+".new-*")
+	if err != nil {
+		return fmt.Errorf("store file %s: %w", s.path, err)
+	}
+	name := tmp.Name()
+	tmp.Close()
+	defer os.Remove(name)
+	// bbolt initialises a file it finds empty.
+	db, err := bolt.Open(name, 0o600, &bolt.Options{Timeout: s.timeout})
+	if err != nil {
+		return fmt.Errorf("store file %s: %w", s.path, err)
+	}
+	err = db.Update(func(tx *bolt.Tx) error {
+		_, err := tx.CreateBucketIfNotExists(bucket)
+		return err
+	})
+	if cerr := db.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("store file %s: %w", s.path, err)
+	}
+	if err := os.Link(name, s.path); err != nil && !errors.Is(err, os.ErrExist) {
+		return fmt.Errorf("store file %s: %w", s.path, err)
+	}
+	return nil
 }
 
 func (s *Store) update(fn func(*bolt.Tx) error) error { return s.tx(false, fn) }
@@ -265,18 +310,24 @@ func (s *Store) List(context.Context) ([]manage.Record, error) {
 // Lock implements manage.Store with an flock(2) on a per-key file, which
 // also excludes other processes using the same state directory. A wait that
 // ctx ends leaves nothing behind (see filelock).
-func (s *Store) Lock(ctx context.Context, key string) (func(), error) {
+func (s *Store) Lock(ctx context.Context, key string) (context.Context, func(), error) {
 	sum := sha256.Sum256([]byte(key))
 	path := filepath.Join(s.lockDir, hex.EncodeToString(sum[:12])+".lock")
 	f, err := filelock.Lock(ctx, path, filelock.Exclusive)
 	if err != nil {
 		if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-			return nil, err
+			return nil, nil, err
 		}
-		return nil, fmt.Errorf("lock for workspace %q: %w", key, err)
+		return nil, nil, fmt.Errorf("lock for workspace %q: %w", key, err)
 	}
+	held, release := manage.NewHeldContext()
 	var once sync.Once
-	return func() { once.Do(func() { _ = filelock.Unlock(f) }) }, nil
+	return held, func() {
+		once.Do(func() {
+			release()
+			_ = filelock.Unlock(f)
+		})
+	}, nil
 }
 
 // Close implements manage.Store. Operations after Close fail.

@@ -15,6 +15,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/sandbox-mcp/sandbox-mcp/manage"
+	"github.com/sandbox-mcp/sandbox-mcp/manage/managetest"
 )
 
 func TestCRUD(t *testing.T) {
@@ -141,7 +142,7 @@ func TestLockExcludes(t *testing.T) {
 	}
 	defer other.Close()
 
-	unlock, err := s.Lock(ctx, "k")
+	_, unlock, err := s.Lock(ctx, "k")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -150,14 +151,14 @@ func TestLockExcludes(t *testing.T) {
 	for name, st := range map[string]*Store{"same store": s, "other store": other} {
 		cctx, cancel := context.WithCancel(ctx)
 		cancel()
-		if u, err := st.Lock(cctx, "k"); !errors.Is(err, context.Canceled) {
+		if _, u, err := st.Lock(cctx, "k"); !errors.Is(err, context.Canceled) {
 			if u != nil {
 				u()
 			}
 			t.Fatalf("%s: Lock with a cancelled context while held = %v; want context.Canceled", name, err)
 		}
 		tctx, tcancel := context.WithTimeout(ctx, 50*time.Millisecond)
-		u, err := st.Lock(tctx, "k")
+		_, u, err := st.Lock(tctx, "k")
 		tcancel()
 		if !errors.Is(err, context.DeadlineExceeded) {
 			if u != nil {
@@ -167,7 +168,7 @@ func TestLockExcludes(t *testing.T) {
 		}
 	}
 	// Another key is independent.
-	u3, err := other.Lock(ctx, "other")
+	_, u3, err := other.Lock(ctx, "other")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -185,7 +186,7 @@ func TestLockExcludes(t *testing.T) {
 	acquired := make(chan func(), 1)
 	errc := make(chan error, 1)
 	go func() {
-		u, err := other.Lock(ctx, "k")
+		_, u, err := other.Lock(ctx, "k")
 		if err != nil {
 			errc <- err
 			return
@@ -199,7 +200,7 @@ func TestLockExcludes(t *testing.T) {
 	case u := <-acquired:
 		// The first holder may not lock again until the waiter lets go.
 		tctx, tcancel := context.WithTimeout(ctx, 50*time.Millisecond)
-		if u2, err := s.Lock(tctx, "k"); !errors.Is(err, context.DeadlineExceeded) {
+		if _, u2, err := s.Lock(tctx, "k"); !errors.Is(err, context.DeadlineExceeded) {
 			if u2 != nil {
 				u2()
 			}
@@ -219,10 +220,28 @@ func TestLockExcludes(t *testing.T) {
 	}
 	// Unlocked everywhere: either store takes it at once.
 	for _, st := range []*Store{s, other} {
-		u, err := st.Lock(ctx, "k")
+		_, u, err := st.Lock(ctx, "k")
 		if err != nil {
 			t.Fatal(err)
 		}
 		u()
 	}
+}
+
+// Stores opened in one test share a state directory, as two processes do.
+func TestStoreContract(t *testing.T) {
+	dirs := map[string]string{}
+	managetest.StoreContract(t, func(t *testing.T) manage.Store {
+		dir, ok := dirs[t.Name()]
+		if !ok {
+			dir = t.TempDir()
+			dirs[t.Name()] = dir
+		}
+		s, err := Open(dir, Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		return s
+	}, true)
 }

@@ -65,15 +65,16 @@ func parseBoltMeta(page []byte) (boltMeta, bool) {
 	}, true
 }
 
-// checkFile reports (as errCorrupt) a store file bbolt must not map: one
-// with no valid meta page, or whose meta page names pages beyond the end of
-// the file (a truncated file). A missing or empty file is fine (bbolt makes
-// a new one), and so is a file it cannot open: bbolt reports that itself.
+// checkFile reports (as errCorrupt) a store file bbolt must not map: an
+// empty one (a file this store made is never empty, see create), one with
+// no valid meta page, or whose meta page names pages beyond the end of the
+// file (a truncated file). A missing file is fine (create makes it), and so
+// is a file it cannot open: bbolt reports that itself.
 // It holds a shared lock on the file while it reads, as a reader of bbolt's
 // does, so that it never sees another process's commit half written; a lock
 // held longer than ctx allows is the same clear error as bbolt's timeout.
 func (s *Store) checkFile(ctx context.Context) error {
-	if fi, err := os.Stat(s.path); err != nil || fi.Size() == 0 {
+	if _, err := os.Stat(s.path); err != nil {
 		return nil
 	}
 	f, err := filelock.Lock(ctx, s.path, filelock.Shared)
@@ -87,6 +88,9 @@ func (s *Store) checkFile(ctx context.Context) error {
 	fi, err := f.Stat()
 	if err != nil {
 		return nil
+	}
+	if fi.Size() == 0 {
+		return fmt.Errorf("%w: the file is empty", errCorrupt)
 	}
 	if reason := damage(f, fi.Size()); reason != "" {
 		return fmt.Errorf("%w: %s (%d bytes)", errCorrupt, reason, fi.Size())

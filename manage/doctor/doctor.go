@@ -9,7 +9,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net/http"
 	"os"
 	"runtime"
 	"strings"
@@ -209,13 +208,6 @@ func e2bCheck(ctx context.Context, cfg Config) Check {
 		c.Fix = "check the network and --e2b-domain / --e2b-api-url (E2B_DOMAIN / E2B_API_URL)"
 	}
 	return c
-}
-
-func errOrStatus(err error, resp *http.Response) string {
-	if err != nil {
-		return err.Error()
-	}
-	return resp.Status
 }
 
 // WriteText prints the report for people.

@@ -86,6 +86,10 @@ var internalPaths = map[string]bool{
 // envdUnauthorized is envd's body for a missing or wrong access token.
 const envdUnauthorized = "unauthorized access, please provide a valid access token or method signing if supported"
 
+// proxyBrokenMessage is the 502 message for a request to envd that failed
+// after it may have been sent.
+const proxyBrokenMessage = "The connection to the sandbox failed"
+
 // proxyTarget is the way to one sandbox's envd.
 type proxyTarget struct {
 	client *envdclient.Client
@@ -276,6 +280,12 @@ func (s *Server) target(ctx context.Context, b *sandbox) (*proxyTarget, error) {
 			}
 			s.log.Debug("proxy: envd unreachable", "sandbox", id, "err", err)
 			s.lost(context.WithoutCancel(r.Context()), b)
+			if !envdclient.IsNotSent(err) {
+				// The request may have reached envd: not E2B's "not
+				// found", which says it reached no sandbox.
+				writeJSON(w, http.StatusBadGateway, e2bapi.ProxyError{SandboxID: id, Message: proxyBrokenMessage, Code: http.StatusBadGateway})
+				return
+			}
 			writeProxyError(w, id, 0)
 		},
 	}

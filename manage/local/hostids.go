@@ -63,10 +63,16 @@ func (r IDRange) check() error {
 // shared between tenants. The ids are handed out from a range and recorded
 // twice, both files belonging to the server:
 //
-//	StateDir/hostids/UID     the claim: the id of the sandbox that has UID
+//	/run/sandbox-mcp/hostids/UID   the claim: the directory of the sandbox that has UID
 //	StateDir/sandboxes/ID/hostid   the sandbox's UID, read when it restarts
 //
-// Allocation holds StateDir/hostids/.lock (flock) across processes. An id is
+// The claims are machine-wide, not per state directory: two root servers
+// with different state directories draw from the same range, and between a
+// claim and the sandbox's first process nothing else shows the id as taken.
+// Where /run/sandbox-mcp cannot be made, the claims live in
+// StateDir/hostids, and only servers sharing that state directory are kept
+// apart. Allocation holds the claims directory's .lock (flock) across
+// processes. An id is
 // free when nothing claims it, or its claim is stale: the sandbox it names
 // has no directory (it was killed, or its Create crashed) — and, either way,
 // no process on the host runs as it, so an id is never handed out while
@@ -74,26 +80,39 @@ func (r IDRange) check() error {
 // stopped sandbox keeps its claim, so a restart does not give its id to
 // another.
 const (
-	hostIDsDir  = "hostids"
-	hostIDFile  = "hostid"
-	hostIDsLock = ".lock"
+	machineHostIDsDir = "/run/sandbox-mcp/hostids"
+	hostIDsDir        = "hostids"
+	hostIDFile        = "hostid"
+	hostIDsLock       = ".lock"
 )
 
 // hostIDs allocates per-sandbox host ids from a range.
 type hostIDs struct {
-	dir          string // StateDir/hostids
-	sandboxesDir string
+	dir          string // the claims: machineHostIDsDir, else StateDir/hostids
+	sandboxesDir string // absolute
 	ids          IDRange
 }
 
-// newHostIDs makes the claims directory.
+// newHostIDs makes the claims directory: the machine-wide one when it can,
+// else one in the state directory.
 func newHostIDs(stateDir, sandboxesDir string, ids IDRange) (*hostIDs, error) {
-	dir := filepath.Join(stateDir, hostIDsDir)
-	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
+	abs, err := filepath.Abs(sandboxesDir)
+	if err != nil {
 		return nil, fmt.Errorf("sandbox host ids: %w", err)
 	}
-	return &hostIDs{dir: dir, sandboxesDir: sandboxesDir, ids: ids}, nil
+	dir := machineHostIDsDir
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		dir = filepath.Join(stateDir, hostIDsDir)
+		if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
+			return nil, fmt.Errorf("sandbox host ids: %w", err)
+		}
+	}
+	return &hostIDs{dir: dir, sandboxesDir: abs, ids: ids}, nil
 }
+
+// holder is what the claim of sandbox id says: its directory's path, which
+// names it among the sandboxes of every state directory.
+func (h *hostIDs) holder(id string) string { return filepath.Join(h.sandboxesDir, id) }
 
 // lock takes the allocation lock.
 func (h *hostIDs) lock(ctx context.Context) (*os.File, error) {
@@ -130,7 +149,7 @@ func (h *hostIDs) allocateLocked(id, dir string) (int, error) {
 		case !h.stale(string(holder)):
 			continue
 		}
-		if err := writeFileAtomic(claim, []byte(id), 0o600); err != nil {
+		if err := writeFileAtomic(claim, []byte(h.holder(id)), 0o600); err != nil {
 			return 0, fmt.Errorf("sandbox host ids: %w", err)
 		}
 		if err := writeFileAtomic(filepath.Join(dir, hostIDFile), []byte(strconv.Itoa(uid)+"\n"), 0o600); err != nil {
@@ -143,15 +162,21 @@ func (h *hostIDs) allocateLocked(id, dir string) (int, error) {
 		"kill unused sandboxes or give a larger range (--sandbox-ids)", h.ids.Count, h.ids)
 }
 
-// stale reports whether a claim by sandbox holder is left over: no such
-// sandbox directory exists, final or being made. The hidden name is looked
-// at first, so a rename into place between the two looks is seen.
+// stale reports whether a claim by holder (a sandbox directory's path; a
+// bare id in claims written before they were machine-wide, relative to this
+// server's sandboxes) is left over: no such sandbox directory exists, final
+// or being made. The hidden name is looked at first, so a rename into place
+// between the two looks is seen.
 func (h *hostIDs) stale(holder string) bool {
-	if !validID(holder) {
+	parent, id := h.sandboxesDir, holder
+	if filepath.IsAbs(holder) {
+		parent, id = filepath.Dir(holder), filepath.Base(holder)
+	}
+	if !validID(id) {
 		return true
 	}
-	for _, name := range []string{newDirPrefix + holder, holder} {
-		if _, err := os.Lstat(filepath.Join(h.sandboxesDir, name)); err == nil {
+	for _, name := range []string{newDirPrefix + id, id} {
+		if _, err := os.Lstat(filepath.Join(parent, name)); err == nil {
 			return false
 		}
 	}
@@ -171,7 +196,7 @@ func (h *hostIDs) ensure(ctx context.Context, id, dir string) (uid int, changed 
 	defer func() { _ = l.Close() }()
 	if uid, ok := h.recorded(dir); ok {
 		holder, err := os.ReadFile(filepath.Join(h.dir, strconv.Itoa(uid)))
-		if err == nil && string(holder) == id && idFreed(ctx, uid) {
+		if err == nil && (string(holder) == h.holder(id) || string(holder) == id) && idFreed(ctx, uid) {
 			return uid, false, nil
 		}
 	}
@@ -217,7 +242,7 @@ func (h *hostIDs) release(ctx context.Context, id, dir string) {
 	}
 	defer func() { _ = l.Close() }()
 	claim := filepath.Join(h.dir, strconv.Itoa(uid))
-	if holder, err := os.ReadFile(claim); err == nil && string(holder) == id {
+	if holder, err := os.ReadFile(claim); err == nil && (string(holder) == h.holder(id) || string(holder) == id) {
 		_ = os.Remove(claim)
 	}
 }

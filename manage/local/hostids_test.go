@@ -69,7 +69,7 @@ func TestPerSandboxHostIDs(t *testing.T) {
 	if err := p2.Kill(testCtx(t), b.ID); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := os.Stat(filepath.Join(stateDir, hostIDsDir, strconv.Itoa(uidB))); !os.IsNotExist(err) {
+	if _, err := os.Stat(filepath.Join(p2.hostIDs.dir, strconv.Itoa(uidB))); !os.IsNotExist(err) {
 		t.Errorf("the killed sandbox's claim: %v; want it removed", err)
 	}
 	d := create(t, p2, manage.SandboxConfig{})

@@ -9,6 +9,8 @@
 // Faults can be injected: LoseDaemon stops a sandbox's daemon (its socket
 // then refuses connections, as when a daemon is killed), BlockCreate holds
 // creations until released, and InfoErr makes Info inconclusive.
+//
+// StoreContract holds the tests every manage.Store passes.
 package managetest
 
 import (

@@ -268,6 +268,8 @@ func rows() []row {
 		{what: "stdout throughput, 256 MiB through envd to the client", m: m("envd/envdclient.BenchmarkStdoutThroughput", "MB/s"), goal: "≥ 500 MB/s"},
 		{what: "envd daemon peak RSS during 256 MiB of stdout", m: m("envd/envdclient.BenchmarkStdoutThroughput", "daemon-peak-MiB")},
 		{what: "client peak RSS, 256 MiB of stdout", m: m("envd/envdclient.BenchmarkStdoutThroughput", "client-peak-MiB-256MiB"), base: p("envd/envdclient.BenchmarkStdoutThroughput", "client-peak-MiB-64MiB"), baseWhat: "client peak RSS, 64 MiB", goal: "independent of output size"},
+		{what: "search_files' search (envd/search) of a 50k-file tree, rare match (500 lines), mean", m: m("envd/search.BenchmarkTree50k/search/rare", "ns/op"), base: p("envd/search.BenchmarkTree50k/grep/rare", "ns/op"), baseWhat: "`grep -rn` of the same tree"},
+		{what: "search_files' search (envd/search) of a 50k-file tree, common match (500k lines), mean", m: m("envd/search.BenchmarkTree50k/search/common", "ns/op"), base: p("envd/search.BenchmarkTree50k/grep/common", "ns/op"), baseWhat: "`grep -rn` of the same tree"},
 		{what: "put_files throughput (8 MiB file)", m: m("tools.BenchmarkPutFiles", "MB/s"), base: p("tools.BenchmarkCopyBaseline", "MB/s"), baseWhat: "cp of the same file on the host"},
 		{what: "read_files throughput (8 MiB file)", m: m("tools.BenchmarkReadFiles", "MB/s"), base: p("tools.BenchmarkCopyBaseline", "MB/s"), baseWhat: "cp of the same file on the host"},
 		{what: "put_files throughput (8 MiB text), built binary over stdio, raw JSON-RPC client", m: m("main.BenchmarkStdioRawPutFiles8MiB", "MB/s"), base: p("tools.BenchmarkCopyBaseline", "MB/s"), baseWhat: "cp of an 8 MiB file on the host", goal: "≥ 100 MB/s"},

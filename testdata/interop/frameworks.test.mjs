@@ -3,8 +3,8 @@
 // @ai-sdk/google 4 and 3 as the Gemini converters), @openai/agents with
 // strict schemas, @langchain/mcp-adapters and @mastra/mcp. Each lists the
 // tools, converts their input schemas as the framework does for a model, and
-// calls workspace_exec and read_files (text and an image) through the
-// framework's own tool objects. No model is called: the Gemini request is
+// calls workspace_exec, read_files (text and an image) and edit_file through
+// the framework's own tool objects (and search_files, through the AI SDK's). No model is called: the Gemini request is
 // captured by a fetch that answers locally, and tools are executed directly.
 //
 // The schema rules asserted here are the ones tools/schema_compat_test.go
@@ -37,8 +37,8 @@ const stdioWrapper = join(dirname(fileURLToPath(import.meta.url)), 'lib', 'stdio
 
 /** toolNames are the tools a default server lists. */
 const toolNames = [
-  'collect_outputs', 'list_files', 'process_input', 'process_list', 'process_output', 'process_signal',
-  'put_files', 'read_files', 'stage_inputs', 'workspace_exec', 'workspace_info', 'workspace_reset'
+  'collect_outputs', 'edit_file', 'list_files', 'process_input', 'process_list', 'process_output', 'process_signal',
+  'put_files', 'read_files', 'search_files', 'stage_inputs', 'workspace_exec', 'workspace_info', 'workspace_reset'
 ]
 
 /** dotPNG is a 1×1 PNG, base64. */
@@ -46,6 +46,9 @@ const dotPNG = 'iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhf
 
 const execArgs = { command: 'printf "%s|%s" "$GREETING" "$EMPTY"', env: [{ name: 'GREETING', value: 'hi there' }, { name: 'EMPTY', value: '' }] }
 const execStdout = 'hi there|'
+/** editArgs changes the file putArgs wrote; edited is the file after it. */
+const editArgs = { path: 'fw/hello.txt', edits: [{ old_text: 'frameworks', new_text: 'edited frameworks' }] }
+const edited = 'hello, edited frameworks\n'
 const putArgs = {
   files: [
     { path: 'fw/hello.txt', content: 'hello, frameworks\n' },
@@ -119,11 +122,18 @@ function closedProblems (schema, where) {
   return out
 }
 
-/** firstTextJSON parses the first text block of a result's content (the tool's JSON output). */
-function firstTextJSON (content) {
+/** firstText returns the first text block of a result's content: the text rendered for the model. */
+function firstText (content) {
   const text = content.find((c) => c.type === 'text')
   assert.ok(text, `no text block in ${JSON.stringify(content).slice(0, 300)}`)
-  return JSON.parse(text.text)
+  return text.text
+}
+
+/** assertExecText checks workspace_exec's rendered text: the status line, then stdout as it is. */
+function assertExecText (content) {
+  const text = firstText(content)
+  assert.match(text, /^exit 0 · /, text)
+  assert.ok(text.endsWith('\n' + execStdout), text)
 }
 
 /** geminiResponse is a minimal generateContent answer: text, no function call. */
@@ -234,6 +244,21 @@ describe('AI SDK (ai + @ai-sdk/mcp) over stdio', { skip: missing([!aiMissing, ai
     assert.equal(file.data?.data ?? file.data, dotPNG)
   })
 
+  test('edit_file then search_files through execute', async () => {
+    const r = await tools.edit_file.execute(editArgs, { toolCallId: 'c6', messages: [] })
+    assert.notEqual(r.isError, true, JSON.stringify(r))
+    assert.equal(r.structuredContent.replacements, 1)
+    assert.ok(r.structuredContent.snippets.some((s) => s.text.includes('edited frameworks')), JSON.stringify(r.structuredContent))
+    const missing = await tools.edit_file.execute({ path: editArgs.path, edits: [{ old_text: 'no such text', new_text: 'x' }] }, { toolCallId: 'c7', messages: [] })
+    assert.equal(missing.isError, true, JSON.stringify(missing))
+    const text = await tools.read_files.execute({ paths: ['fw/hello.txt'] }, { toolCallId: 'c8', messages: [] })
+    assert.equal(text.structuredContent.files[0].content, edited)
+    const found = await tools.search_files.execute({ pattern: 'edited \\w+', glob: ['*.txt'] }, { toolCallId: 'c9', messages: [] })
+    assert.notEqual(found.isError, true, JSON.stringify(found))
+    assert.equal(found.structuredContent.match_count, 1, JSON.stringify(found.structuredContent))
+    assert.deepEqual(found.structuredContent.matches.map((m) => [m.path, m.line, m.text]), [['fw/hello.txt', 1, 'hello, edited frameworks']])
+  })
+
   test('workspace_reset refuses confirm: false with a clear error', async () => {
     const r = await tools.workspace_reset.execute({ confirm: false }, { toolCallId: 'c5', messages: [] })
     assert.equal(r.isError, true)
@@ -273,23 +298,28 @@ describe('@openai/agents (MCPServerStdio, convertSchemasToStrict) over stdio', {
   test('workspace_exec through invoke, with the nulls a strict model sends for optional fields', async () => {
     const nulls = { argv: null, login: null, cwd: null, stdin: null, timeout_sec: null, background: null }
     const out = await byName('workspace_exec').invoke(ctx(), JSON.stringify({ ...nulls, ...execArgs }))
-    const result = firstTextJSON([out].flat())
-    assert.equal(result.exit_code, 0, JSON.stringify(result))
-    assert.equal(result.stdout, execStdout)
+    assertExecText([out].flat())
   })
 
   test('put_files then read_files through invoke: text, and the image block', async () => {
     const put = await byName('put_files').invoke(ctx(), JSON.stringify({ files: putArgs.files.map((f) => ({ mode: null, encoding: null, ...f })) }))
-    assert.equal(firstTextJSON([put].flat()).written?.length, 2, JSON.stringify(put))
+    assert.match(firstText([put].flat()), /^wrote 2 file\(s\)/, JSON.stringify(put))
     const nulls = { offset: null, limit: null, encoding: null, start_line: null, max_lines: null }
     const text = await byName('read_files').invoke(ctx(), JSON.stringify({ ...nulls, paths: ['fw/hello.txt'] }))
     // The file's text comes once, in the content block the entry names.
     const blocks = [text].flat()
-    const entry = firstTextJSON(blocks).files[0]
-    assert.equal(entry.content, undefined, 'the text block JSON does not repeat the content')
+    assert.match(firstText(blocks), /^fw\/hello\.txt: whole file/, 'the first block says what was read, without the content')
     assert.ok(blocks.some((c) => c.type === 'text' && c.text === 'hello, frameworks\n'), JSON.stringify(blocks))
     const image = [await byName('read_files').invoke(ctx(), JSON.stringify({ ...nulls, paths: ['fw/dot.png'] }))].flat()
     assert.deepEqual(image.find((c) => c.type === 'image'), { type: 'image', data: dotPNG, mimeType: 'image/png' })
+  })
+
+  test('edit_file through invoke, with the nulls a strict model sends (nested ones too)', async () => {
+    const out = [await byName('edit_file').invoke(ctx(), JSON.stringify({ ...editArgs, edits: editArgs.edits.map((e) => ({ replace_all: null, ...e })) }))].flat()
+    assert.ok(JSON.stringify(out).includes('edited frameworks'), JSON.stringify(out))
+    const nulls = { offset: null, limit: null, encoding: null, start_line: null, max_lines: null }
+    const text = [await byName('read_files').invoke(ctx(), JSON.stringify({ ...nulls, paths: ['fw/hello.txt'] }))].flat()
+    assert.ok(text.some((c) => c.type === 'text' && c.text === edited), JSON.stringify(text))
   })
 })
 
@@ -326,22 +356,27 @@ describe('@langchain/mcp-adapters (MultiServerMCPClient) over stdio', { skip: mi
 
   test('workspace_exec through invoke', async () => {
     const out = [await byName('workspace_exec').invoke(execArgs)].flat()
-    const result = firstTextJSON(out)
-    assert.equal(result.exit_code, 0, JSON.stringify(result))
-    assert.equal(result.stdout, execStdout)
+    assertExecText(out)
   })
 
   test('put_files then read_files through invoke: text, and a standard image block', async () => {
     await byName('put_files').invoke(putArgs)
     const text = [await byName('read_files').invoke({ paths: ['fw/hello.txt'] })].flat()
     // The file's text comes once, in the content block the entry names.
-    assert.equal(firstTextJSON(text).files[0].content, undefined, 'the text block JSON does not repeat the content')
+    assert.match(firstText(text), /^fw\/hello\.txt: whole file/, 'the first block says what was read, without the content')
     assert.ok(text.some((c) => c.type === 'text' && c.text === 'hello, frameworks\n'), JSON.stringify(text))
     const msg = await byName('read_files').invoke({ type: 'tool_call', id: 'c1', name: 'read_files', args: { paths: ['fw/dot.png'] } })
     const image = msg.content.find((c) => c.type === 'image')
     assert.ok(image, JSON.stringify(msg.content).slice(0, 300))
     assert.equal(image.data, dotPNG)
     assert.equal(image.mime_type ?? image.mimeType, 'image/png')
+  })
+
+  test('edit_file through invoke', async () => {
+    const out = [await byName('edit_file').invoke(editArgs)].flat()
+    assert.ok(JSON.stringify(out).includes('edited frameworks'), JSON.stringify(out))
+    const text = [await byName('read_files').invoke({ paths: ['fw/hello.txt'] })].flat()
+    assert.ok(text.some((c) => c.type === 'text' && c.text === edited), JSON.stringify(text))
   })
 })
 
@@ -395,5 +430,12 @@ describe('@mastra/mcp (MCPClient) over stdio', { skip: missing([!mastraMissing, 
     assert.equal(image.files[0].encoding, 'image', JSON.stringify(image))
     assert.equal(image.files[0].mime_type, 'image/png')
     assert.equal(image.files[0].content, dotPNG)
+  })
+
+  test('edit_file through execute', async () => {
+    const result = await t('edit_file').execute(editArgs, {})
+    assert.equal(result.replacements, 1, JSON.stringify(result))
+    const text = await t('read_files').execute({ paths: ['fw/hello.txt'] }, {})
+    assert.equal(text.files[0].content, edited)
   })
 })

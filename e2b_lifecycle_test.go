@@ -1,12 +1,16 @@
 //go:build linux
 
-package e2b_test
+package main
 
-// The e2b provider under the Manager, against an E2B-compatible management
-// API (managementAPI) and real envd daemons reached through its proxy.
+// The e2b provider's lifecycle suite: the provider under the Manager, as
+// `serve --provider e2b` runs them, against a real `sandbox-mcp manage
+// serve` process on loopback (startManageServe) and the real envd of its
+// local sandboxes, reached through its proxy.
 
 import (
 	"context"
+	"io"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -17,14 +21,16 @@ import (
 	"github.com/sandbox-mcp/sandbox-mcp/manage/e2bapi"
 )
 
+var quietLog = slog.New(slog.NewTextHandler(io.Discard, nil))
+
 // failGuard bounds waits that only last that long when something is broken.
 const failGuard = 30 * time.Second
 
-func newProvider(t *testing.T, api testAPI, mods ...func(*e2b.Config)) *e2b.Provider {
+func newE2BProvider(t testing.TB, api *manageServer, mods ...func(*e2b.Config)) *e2b.Provider {
 	t.Helper()
 	cfg := e2b.Config{
-		APIKey: api.APIKey, APIURL: api.APIURL, SandboxURL: api.SandboxURL, Workdir: api.Workdir,
-		Owner: "lifecycle-test", Logger: quiet,
+		APIKey: api.APIKey, APIURL: api.URL, SandboxURL: api.URL, Workdir: api.Workdir,
+		Owner: "lifecycle-test", Logger: quietLog,
 	}
 	for _, mod := range mods {
 		mod(&cfg)
@@ -36,9 +42,13 @@ func newProvider(t *testing.T, api testAPI, mods ...func(*e2b.Config)) *e2b.Prov
 	return p
 }
 
-func newManager(t *testing.T, p manage.Provider, store manage.Store) *manage.Manager {
+func newE2BManager(t testing.TB, p manage.Provider, store manage.Store, mods ...func(*manage.Options)) *manage.Manager {
 	t.Helper()
-	m, err := manage.New(manage.Options{Provider: p, Store: store, AutoRecreate: true, Logger: quiet})
+	opts := manage.Options{Provider: p, Store: store, AutoRecreate: true, Logger: quietLog}
+	for _, mod := range mods {
+		mod(&opts)
+	}
+	m, err := manage.New(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,12 +56,12 @@ func newManager(t *testing.T, p manage.Provider, store manage.Store) *manage.Man
 	return m
 }
 
-func sh(script string) envdclient.Command {
+func shCommand(script string) envdclient.Command {
 	return envdclient.Command{Cmd: "/bin/sh", Args: []string{"-c", script}}
 }
 
 // run runs script under a new lease on key and returns its stdout.
-func run(t *testing.T, m *manage.Manager, key, script string) (string, *manage.Lease) {
+func runLeased(t *testing.T, m *manage.Manager, key, script string) (string, *manage.Lease) {
 	t.Helper()
 	l, err := m.Acquire(t.Context(), key, true)
 	if err != nil {
@@ -59,7 +69,7 @@ func run(t *testing.T, m *manage.Manager, key, script string) (string, *manage.L
 	}
 	defer l.Release()
 	var out strings.Builder
-	res, err := l.Client.Run(t.Context(), sh(script), envdclient.RunOptions{Stdout: &out})
+	res, err := l.Client.Run(t.Context(), shCommand(script), envdclient.RunOptions{Stdout: &out})
 	if err != nil {
 		t.Fatalf("%s: %v", script, err)
 	}
@@ -70,7 +80,7 @@ func run(t *testing.T, m *manage.Manager, key, script string) (string, *manage.L
 }
 
 // waitFor polls the API until cond holds for sandbox id's detail.
-func waitFor(t *testing.T, c *e2b.Client, id, what string, cond func(e2bapi.SandboxDetail) bool) {
+func waitForSandbox(t *testing.T, c *e2b.Client, id, what string, cond func(e2bapi.SandboxDetail) bool) {
 	t.Helper()
 	deadline := time.Now().Add(failGuard)
 	tick := time.NewTicker(20 * time.Millisecond)
@@ -96,22 +106,22 @@ func hasEvent(evs []manage.Event, kind manage.EventKind) bool {
 	return false
 }
 
-// TestLifecycle: create → exec through envd → pause → resume (files kept)
+// TestE2BLifecycle: create → exec through envd → pause → resume (files kept)
 // → loss by DELETE behind the server's back → the Manager confirms the 404
 // and recreates, reporting it, without replaying the call.
-func TestLifecycle(t *testing.T) {
-	api := managementAPI(t)
-	p := newProvider(t, api)
-	m := newManager(t, p, nil)
+func TestE2BLifecycle(t *testing.T) {
+	api := startManageServe(t, manageServeConfig{})
+	p := newE2BProvider(t, api)
+	m := newE2BManager(t, p, nil)
 	ctx := t.Context()
 
-	out, l := run(t, m, "k", "echo hello > f; cat f")
+	out, l := runLeased(t, m, "k", "echo hello > f; cat f")
 	if out != "hello\n" || l.Generation != 1 || !hasEvent(l.Events, manage.EventCreated) {
 		t.Fatalf("first call: %q, generation %d, events %v", out, l.Generation, l.Events)
 	}
 	id := l.Sandbox.ID
 	ep, err := p.Endpoint(ctx, id)
-	if err != nil || ep.RoutingID != id || ep.RoutingPort != e2bapi.EnvdPort || ep.URL != api.SandboxURL || ep.AccessToken == "" {
+	if err != nil || ep.RoutingID != id || ep.RoutingPort != e2bapi.EnvdPort || ep.URL != api.URL || ep.AccessToken == "" {
 		t.Fatalf("endpoint %+v, %v; want the sandbox URL, routing headers and an access token", ep, err)
 	}
 	d, err := p.API().Get(ctx, id)
@@ -129,7 +139,7 @@ func TestLifecycle(t *testing.T) {
 	if err := p.Pause(ctx, id); err != nil {
 		t.Fatalf("pausing a paused sandbox (409) = %v, want success", err)
 	}
-	out, l = run(t, m, "k", "cat f")
+	out, l = runLeased(t, m, "k", "cat f")
 	if out != "hello\n" || l.Sandbox.ID != id || !hasEvent(l.Events, manage.EventResumed) {
 		t.Fatalf("after resume: %q on %s, events %v; want the same sandbox, resumed, files kept", out, l.Sandbox.ID, l.Events)
 	}
@@ -142,14 +152,14 @@ func TestLifecycle(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = l.Client.Run(ctx, sh("echo ran >> count"), envdclient.RunOptions{})
+	_, err = l.Client.Run(ctx, shCommand("echo ran >> count"), envdclient.RunOptions{})
 	err = l.Check(context.Background(), err)
 	l.Release()
 	le, ok := manage.AsLost(err)
 	if !ok || !le.Replaced || le.Generation != 2 || le.State != manage.StateGone || le.Detail != "not found" {
 		t.Fatalf("call on a deleted sandbox = %v (%+v); want a confirmed loss (not found), replaced by generation 2", err, le)
 	}
-	out, l = run(t, m, "k", "ls -a; test ! -e count && test ! -e f && echo clean")
+	out, l = runLeased(t, m, "k", "ls -a; test ! -e count && test ! -e f && echo clean")
 	if l.Generation != 2 || l.Sandbox.ID == id || !strings.HasSuffix(out, "clean\n") {
 		t.Fatalf("after the loss: generation %d on %s, %q; want a fresh generation 2 where the lost call never ran", l.Generation, l.Sandbox.ID, out)
 	}
@@ -161,33 +171,48 @@ func TestLifecycle(t *testing.T) {
 	}
 }
 
-// TestExpiryPausesAndResumes: a sandbox whose time to live runs out is
+// TestE2BExpiryPausesAndResumes: a sandbox whose time to live runs out is
 // paused by the API (autoPause), not killed; the next call resumes it
 // transparently through the proxy (autoResume), files and all.
-func TestExpiryPausesAndResumes(t *testing.T) {
-	api := managementAPI(t)
-	p := newProvider(t, api)
-	m := newManager(t, p, nil)
+func TestE2BExpiryPausesAndResumes(t *testing.T) {
+	api := startManageServe(t, manageServeConfig{})
+	p := newE2BProvider(t, api)
+	m := newE2BManager(t, p, nil)
 	ctx := t.Context()
-	_, l := run(t, m, "k", "echo kept > f")
+	_, l := runLeased(t, m, "k", "echo kept > f")
 	id := l.Sandbox.ID
 	if err := p.API().SetTimeout(ctx, id, time.Second); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, p.API(), id, "expiry into pause", func(d e2bapi.SandboxDetail) bool { return d.State == e2bapi.StatePaused })
-	out, l := run(t, m, "k", "cat f")
+	waitForSandbox(t, p.API(), id, "expiry into pause", func(d e2bapi.SandboxDetail) bool { return d.State == e2bapi.StatePaused })
+	out, l := runLeased(t, m, "k", "cat f")
 	if out != "kept\n" || l.Sandbox.ID != id || l.Generation != 1 {
 		t.Fatalf("after expiry: %q on %s generation %d; want the same sandbox, files kept", out, l.Sandbox.ID, l.Generation)
 	}
 }
 
-// TestBusySandboxKeptAlive: a command that runs longer than the sandbox's
+// TestE2BIdlePauseAndResume: a sandbox without a call for IdlePause is
+// paused through the API; the next call resumes it (connect), files kept.
+func TestE2BIdlePauseAndResume(t *testing.T) {
+	api := startManageServe(t, manageServeConfig{})
+	p := newE2BProvider(t, api)
+	m := newE2BManager(t, p, nil, func(o *manage.Options) { o.IdlePause = 100 * time.Millisecond })
+	_, l := runLeased(t, m, "k", "echo idle > f")
+	id := l.Sandbox.ID
+	waitForSandbox(t, p.API(), id, "idle pause", func(d e2bapi.SandboxDetail) bool { return d.State == e2bapi.StatePaused })
+	out, l := runLeased(t, m, "k", "cat f")
+	if out != "idle\n" || l.Sandbox.ID != id || l.Generation != 1 || !hasEvent(l.Events, manage.EventResumed) {
+		t.Fatalf("after the idle pause: %q on %s generation %d, events %v; want the same sandbox resumed, files kept", out, l.Sandbox.ID, l.Generation, l.Events)
+	}
+}
+
+// TestE2BBusySandboxKeptAlive: a command that runs longer than the sandbox's
 // time to live is not cut off, because the Manager's KeepAlive hook
 // refreshes the sandbox while the call holds its lease.
-func TestBusySandboxKeptAlive(t *testing.T) {
-	api := managementAPI(t)
-	p := newProvider(t, api, func(c *e2b.Config) { c.Lifetime = 2 * time.Second })
-	m := newManager(t, p, nil)
+func TestE2BBusySandboxKeptAlive(t *testing.T) {
+	api := startManageServe(t, manageServeConfig{})
+	p := newE2BProvider(t, api, func(c *e2b.Config) { c.Lifetime = 2 * time.Second })
+	m := newE2BManager(t, p, nil)
 	ctx, cancel := context.WithTimeout(t.Context(), failGuard)
 	defer cancel()
 	l, err := m.Acquire(ctx, "k", true)
@@ -196,7 +221,7 @@ func TestBusySandboxKeptAlive(t *testing.T) {
 	}
 	defer l.Release()
 	var out strings.Builder
-	res, err := l.Client.Run(ctx, sh("sleep 4; echo done"), envdclient.RunOptions{Stdout: &out})
+	res, err := l.Client.Run(ctx, shCommand("sleep 4; echo done"), envdclient.RunOptions{Stdout: &out})
 	if err != nil || res.ExitCode != 0 || out.String() != "done\n" {
 		t.Fatalf("a 4 s command in a sandbox with a 2 s time to live: %+v, %q, %v", res, out.String(), err)
 	}
@@ -205,35 +230,48 @@ func TestBusySandboxKeptAlive(t *testing.T) {
 	}
 }
 
-// TestRestartFindsItsSandboxes: a new provider and Manager (a restarted
+// TestE2BRestartFindsItsSandboxes: a new provider and Manager (a restarted
 // server) with the same store reattach to the same sandbox, and List finds
-// it by its owner label.
-func TestRestartFindsItsSandboxes(t *testing.T) {
-	api := managementAPI(t)
+// it by its owner label; so do they after manage serve itself restarts.
+func TestE2BRestartFindsItsSandboxes(t *testing.T) {
+	api := startManageServe(t, manageServeConfig{})
 	store := manage.NewMemoryStore()
-	p := newProvider(t, api)
-	m := newManager(t, p, store)
-	_, l := run(t, m, "k", "echo before > f")
+	p := newE2BProvider(t, api)
+	m := newE2BManager(t, p, store)
+	_, l := runLeased(t, m, "k", "echo before > f")
 	id := l.Sandbox.ID
 	if err := m.Pause(t.Context(), "k"); err != nil {
 		t.Fatal(err)
 	}
-	p2 := newProvider(t, api)
+	p2 := newE2BProvider(t, api)
 	list, err := p2.List(t.Context())
 	if err != nil || len(list) != 1 || list[0].ID != id || list[0].State != manage.StatePaused {
 		t.Fatalf("List after a restart = %+v, %v; want the one paused sandbox", list, err)
 	}
-	m2 := newManager(t, p2, store)
-	out, l := run(t, m2, "k", "cat f")
-	if out != "before\n" || l.Sandbox.ID != id {
+	m2 := newE2BManager(t, p2, store)
+	out, l := runLeased(t, m2, "k", "echo after >> f; cat f")
+	if out != "before\nafter\n" || l.Sandbox.ID != id {
 		t.Fatalf("after a restart: %q on %s; want sandbox %s with its files", out, l.Sandbox.ID, id)
+	}
+	if err := m2.Pause(t.Context(), "k"); err != nil {
+		t.Fatal(err)
+	}
+
+	// The management server restarts too (on its state directory, at a new
+	// port): the paused sandbox is still there for the next server.
+	api.Stop(t)
+	api = startManageServe(t, manageServeConfig{APIKey: api.APIKey, StateDir: api.StateDir})
+	m3 := newE2BManager(t, newE2BProvider(t, api), store)
+	out, l = runLeased(t, m3, "k", "cat f")
+	if out != "before\nafter\n" || l.Sandbox.ID != id || l.Generation != 1 {
+		t.Fatalf("after manage serve restarted: %q on %s generation %d; want sandbox %s with its files", out, l.Sandbox.ID, l.Generation, id)
 	}
 }
 
-// TestWrongKeyRefusedAtStart: a key the API refuses fails New, clearly.
-func TestWrongKeyRefusedAtStart(t *testing.T) {
-	api := managementAPI(t)
-	_, err := e2b.New(t.Context(), e2b.Config{APIKey: "e2b_wrong", APIURL: api.APIURL, Logger: quiet})
+// TestE2BWrongKeyRefusedAtStart: a key the API refuses fails New, clearly.
+func TestE2BWrongKeyRefusedAtStart(t *testing.T) {
+	api := startManageServe(t, manageServeConfig{})
+	_, err := e2b.New(t.Context(), e2b.Config{APIKey: "e2b_wrong", APIURL: api.URL, Logger: quietLog})
 	if !e2b.IsUnauthorized(err) || !strings.Contains(err.Error(), "E2B_API_KEY") {
 		t.Fatalf("New with a wrong key = %v", err)
 	}

@@ -1,0 +1,121 @@
+//go:build linux
+
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// rebuiltNotice is the notice a workspace's first result
+// carries after the store was rebuilt with its sandbox recovered.
+const rebuiltNotice = "The server's state file was damaged and rebuilt from the sandboxes on disk; this workspace's sandbox and its files were recovered."
+
+// A state.db moved aside as damaged used to make every workspace silently
+// come back empty, its old sandbox directory orphaned on disk. Now the
+// records are rebuilt from the sandbox directories (each one's sandbox.json
+// names its workspace), the workspace comes back with its files, and its
+// first result says so, once.
+func TestDamagedStateDBIsRebuilt(t *testing.T) {
+	damages := map[string]func(t *testing.T, db string){
+		"truncated": func(t *testing.T, db string) {
+			if err := os.Truncate(db, 8192); err != nil {
+				t.Fatal(err)
+			}
+		},
+		"zero length": func(t *testing.T, db string) {
+			if err := os.Truncate(db, 0); err != nil {
+				t.Fatal(err)
+			}
+		},
+		"bit-flipped": func(t *testing.T, db string) {
+			// One bit in the magic number of each of the two meta pages.
+			f, err := os.OpenFile(db, os.O_RDWR, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			for _, off := range []int64{16, int64(os.Getpagesize()) + 16} {
+				b := make([]byte, 1)
+				if _, err := f.ReadAt(b, off); err != nil {
+					t.Fatal(err)
+				}
+				b[0] ^= 0x10
+				if _, err := f.WriteAt(b, off); err != nil {
+					t.Fatal(err)
+				}
+			}
+		},
+	}
+	for name, damage := range damages {
+		t.Run(name, func(t *testing.T) {
+			n := newNewcomer(t)
+			n.mustRun(`./sandbox-mcp call --workspace keep put_files '{"files": [{"path": "kept.txt", "content": "still here"}]}'`)
+			n.mustRun(`./sandbox-mcp call --workspace other put_files '{"files": [{"path": "o.txt", "content": "other"}]}'`)
+			db := filepath.Join(n.dir, "state", "state.db")
+			if fi, err := os.Stat(db); err != nil || fi.Size() <= 8192 {
+				t.Fatalf("state.db: %v, %v; want more than 8192 bytes", fi, err)
+			}
+			damage(t, db)
+			out, errs, code := n.run(`./sandbox-mcp call --workspace keep read_files '{"paths": ["kept.txt"]}'`, nil)
+			if code != 0 {
+				t.Fatalf("first call after the damage: exit %d\nstdout: %s\nstderr: %s", code, out, errs)
+			}
+			if !strings.Contains(out, "still here") {
+				t.Errorf("first call after the damage did not find the file:\n%s\nstderr: %s", out, errs)
+			}
+			if strings.Count(out, "NOTICE: "+rebuiltNotice) != 1 {
+				t.Errorf("first call after the damage: want the rebuild notice once:\n%s", out)
+			}
+			if aside, _ := filepath.Glob(db + ".corrupt-*"); len(aside) != 1 {
+				t.Errorf("state.db not moved aside: %v", aside)
+			}
+			out = n.mustRun(`./sandbox-mcp call --workspace keep read_files '{"paths": ["kept.txt"]}'`)
+			if !strings.Contains(out, "still here") || strings.Contains(out, "damaged") {
+				t.Errorf("second call: want the file and no notice:\n%s", out)
+			}
+			// The other workspace was recovered too, and hears of it once.
+			out = n.mustRun(`./sandbox-mcp call --workspace other read_files '{"paths": ["o.txt"]}'`)
+			if !strings.Contains(out, "other") || strings.Count(out, "NOTICE: "+rebuiltNotice) != 1 {
+				t.Errorf("other workspace after the rebuild:\n%s", out)
+			}
+			sandboxes, _ := filepath.Glob(filepath.Join(n.dir, "state", "sandboxes", "l*"))
+			if len(sandboxes) != 2 {
+				t.Errorf("sandbox directories after the rebuild: %v; want the two workspaces' only", sandboxes)
+			}
+		})
+	}
+}
+
+// A sandbox directory the rebuild cannot attribute (its sandbox.json is
+// gone) is left in place and logged, never deleted; a named workspace
+// whose sandbox was not found hears that its files from before are lost.
+func TestDamagedStateDBOrphanLeftInPlace(t *testing.T) {
+	n := newNewcomer(t)
+	n.mustRun(`./sandbox-mcp call --workspace keep put_files '{"files": [{"path": "kept.txt", "content": "x"}]}'`)
+	sandboxes, _ := filepath.Glob(filepath.Join(n.dir, "state", "sandboxes", "l*"))
+	if len(sandboxes) != 1 {
+		t.Fatalf("sandbox directories: %v", sandboxes)
+	}
+	if err := os.Remove(filepath.Join(sandboxes[0], "sandbox.json")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(filepath.Join(n.dir, "state", "state.db"), 0); err != nil {
+		t.Fatal(err)
+	}
+	out, errs, code := n.run(`./sandbox-mcp call --workspace keep workspace_info`, nil)
+	if code != 0 {
+		t.Fatalf("exit %d\n%s\n%s", code, out, errs)
+	}
+	if !strings.Contains(errs, "cannot be attributed") {
+		t.Errorf("stderr does not log the orphan:\n%s", errs)
+	}
+	if !strings.Contains(out, "no sandbox of this workspace was found there") {
+		t.Errorf("the workspace is not told its files are lost:\n%s", out)
+	}
+	if _, err := os.Stat(filepath.Join(sandboxes[0], "workspace", "kept.txt")); err != nil {
+		t.Errorf("the orphan's files: %v; want them left in place", err)
+	}
+}
