@@ -245,3 +245,30 @@ func TestIdlePauseLeavesSharedSandboxRunning(t *testing.T) {
 		t.Fatalf("the other server's call after the idle pause: %v", err)
 	}
 }
+
+// Two servers leaving at once: one of them pauses the sandbox.
+func TestNamedWorkspaceHoldersLeavingAtOnce(t *testing.T) {
+	p := managetest.New(t)
+	ms := sharingManagers(t, p, 2)
+	var id string
+	for _, m := range ms {
+		l, err := m.Acquire(t.Context(), "stdio:shared", true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		id = l.Sandbox.ID
+		l.Release()
+	}
+	var wg sync.WaitGroup
+	for _, m := range ms {
+		wg.Go(func() {
+			if err := m.EndSession(context.Background(), "stdio:shared"); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	if got := sandboxState(t, p, id); got != manage.StatePaused {
+		t.Fatalf("after both servers left at once: %s, want paused", got)
+	}
+}

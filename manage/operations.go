@@ -36,12 +36,12 @@ func (m *Manager) pauseTransition(leave bool) transition {
 // provider cannot pause is left running and the failure logged: the
 // workspace works either way.
 func (m *Manager) pause(ws *workspace, epoch uint64, leave bool) {
-	if leave {
-		defer m.letGo(ws)
-	}
 	ws.mu.Lock()
 	if ws.epoch != epoch || ws.sb == nil {
 		ws.mu.Unlock()
+		if leave {
+			m.letGo(ws)
+		}
 		return
 	}
 	id := ws.sb.ID
@@ -51,9 +51,18 @@ func (m *Manager) pause(ws *workspace, epoch uint64, leave bool) {
 	_, unlock, err := m.store.Lock(ctx, ws.key)
 	if err != nil {
 		m.log.Warn("could not take the workspace's lock to pause its sandbox; leaving it running", "key", ws.key, "sandbox", id, "err", err)
+		if leave {
+			m.letGo(ws)
+		}
 		return
 	}
-	defer unlock()
+	defer func() {
+		// Still under the lock: a server leaving next sees this one gone.
+		if leave {
+			m.letGo(ws)
+		}
+		unlock()
+	}()
 	if m.othersHold(ws.key) {
 		m.log.Info("another server uses the sandbox; leaving it running", "key", ws.key, "sandbox", id)
 		return
