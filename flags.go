@@ -5,6 +5,8 @@ import (
 	"math"
 	"strconv"
 	"strings"
+
+	"github.com/sandbox-mcp/sandbox-mcp/manage"
 )
 
 // byteSize is a size flag: 4096, 32KiB, 1MiB, 2GiB, 64MB, 1kB.
@@ -64,4 +66,59 @@ func formatBytes(n int64) string {
 		return fmt.Sprintf("%dKiB", n>>10)
 	}
 	return strconv.FormatInt(n, 10)
+}
+
+// networkFlag is --network: off, on or allow=HOST[:PORT],... (see
+// manage.ParseNetworkPolicy). It is a bool flag as it once was: --network
+// alone means on, and joinFlagValues lets "--network VALUE" take a value.
+type networkFlag struct{ policy manage.NetworkPolicy }
+
+// String renders the policy as --network takes it.
+func (n *networkFlag) String() string {
+	if n == nil {
+		return "off"
+	}
+	return n.policy.String()
+}
+
+// Set parses a policy.
+func (n *networkFlag) Set(v string) error {
+	p, err := manage.ParseNetworkPolicy(v)
+	if err != nil {
+		return err
+	}
+	n.policy = p
+	return nil
+}
+
+// IsBoolFlag makes --network alone mean on.
+func (n *networkFlag) IsBoolFlag() bool { return true }
+
+// joinFlagValues rewrites "--network VALUE" as "--network=VALUE" when VALUE
+// is a network policy word (off, on, true, false or allow=…): the flag
+// package would otherwise take --network, a bool flag, alone and VALUE as
+// an argument. Arguments after "--" are left alone.
+func joinFlagValues(args []string) []string {
+	out := make([]string, 0, len(args))
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if a == "--" {
+			return append(out, args[i:]...)
+		}
+		if (a == "--network" || a == "-network") && i+1 < len(args) && isNetworkValue(args[i+1]) {
+			out = append(out, a+"="+args[i+1])
+			i++
+			continue
+		}
+		out = append(out, a)
+	}
+	return out
+}
+
+func isNetworkValue(v string) bool {
+	switch v {
+	case "off", "on", "true", "false":
+		return true
+	}
+	return strings.HasPrefix(v, "allow=")
 }

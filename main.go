@@ -106,7 +106,7 @@ func run(ctx context.Context, argv []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "usage: sandbox-mcp %s [flags] %s\n\n%s.\n\nflags (each also SANDBOX_MCP_<FLAG>):\n", cmd.name, cmd.args, cmd.summary)
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(argv[1:]); err != nil {
+	if err := fs.Parse(joinFlagValues(argv[1:])); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
 		}

@@ -446,11 +446,12 @@ func TestSandboxesHaveTheirOwnHostIDs(t *testing.T) {
 // did not work, over HTTP too, handing remote principals a shell as the
 // server's user. Now serving HTTP refuses to start then, naming the fixes;
 // an explicit --isolation none still serves, and stdio keeps the fallback
-// with its notice.
+// with its notice. The provider is named: under --provider auto a host
+// without bwrap gets the docker provider when an engine answers.
 func TestAutoIsolationOverHTTPRefusesWithoutBwrap(t *testing.T) {
 	n := newNewcomer(t)
 	noBwrap := "PATH=/nonexistent "
-	_, errs, code := n.run(noBwrap+"./sandbox-mcp serve --http 127.0.0.1:0", nil)
+	_, errs, code := n.run(noBwrap+"./sandbox-mcp serve --provider local --http 127.0.0.1:0", nil)
 	if code == 0 {
 		t.Fatalf("serve --http without bwrap under --isolation auto started (stderr %q)", errs)
 	}
@@ -460,12 +461,12 @@ func TestAutoIsolationOverHTTPRefusesWithoutBwrap(t *testing.T) {
 		}
 	}
 	n.env = append(n.env, "PATH=/nonexistent")
-	s := startHTTPServe(t, n, "--isolation", "none")
+	s := startHTTPServe(t, n, "--provider", "local", "--isolation", "none")
 	if code := postInitialize(t, s.url, map[string]string{"Authorization": "Bearer " + n.httpToken()}); code != http.StatusOK {
 		t.Errorf("initialize under an explicit --isolation none: %d; want 200", code)
 	}
 	s.stop(t)
-	out, errs, code := n.run("./sandbox-mcp call --result-format json workspace_info", nil)
+	out, errs, code := n.run("./sandbox-mcp call --provider local --result-format json workspace_info", nil)
 	if code != 0 || !strings.Contains(out, `"isolation":"none"`) || !strings.Contains(out, "NOT isolated") {
 		t.Errorf("call over stdio without bwrap: exit %d\nstdout: %s\nstderr: %s\nwant the unisolated fallback with its notice", code, out, errs)
 	}

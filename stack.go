@@ -45,7 +45,7 @@ func defaultStateDir() string {
 type serveOptions struct {
 	provider       string
 	isolation      string
-	network        bool
+	network        networkFlag
 	defaultTimeout time.Duration
 	maxTimeout     time.Duration
 	outputLimit    byteSize
@@ -84,7 +84,7 @@ func (o *serveOptions) registerSandboxFlags(fs *flag.FlagSet) {
 	o.stageRoots = cmdline.KeyValues{}
 	fs.StringVar(&o.provider, "provider", providerAuto, "sandbox provider: local, docker, e2b, or auto (local where bubblewrap is installed; else docker when an engine answers; else local, unisolated; docker off Linux)")
 	fs.StringVar(&o.isolation, "isolation", "auto", "local isolation: auto (bwrap when it works), bwrap, or none (unisolated, loudly warned)")
-	fs.BoolVar(&o.network, "network", false, "give sandboxes network access")
+	fs.Var(&o.network, "network", "sandboxes' network: off, on (also --network alone), or allow=HOST[:PORT],... to reach only those hosts through a filtering HTTP proxy (local provider with bwrap; no port means 80 and 443)")
 	fs.DurationVar(&o.defaultTimeout, "default-timeout", def.DefaultTimeout, "timeout of a command when the model gives no timeout_sec")
 	fs.DurationVar(&o.maxTimeout, "max-timeout", def.MaxTimeout, "ceiling for the model's timeout_sec (larger values are clamped, and the result says so)")
 	fs.Var(&o.outputLimit, "output-limit", "inline output per stream (head and tail); the rest stays in a log file")
@@ -124,7 +124,7 @@ func (o *serveOptions) toolsConfig() tools.Config {
 	if cfg.ArtifactsDir == "" {
 		cfg.ArtifactsDir = filepath.Join(o.stateDir, "artifacts")
 	}
-	cfg.Network = o.network
+	cfg.Network = o.network.policy
 	cfg.Toolsets = strings.Split(o.toolsets, ",")
 	cfg.ReadOnly = o.readOnly
 	cfg.ResultFormat, _ = tools.ParseResultFormat(o.resultFormat) // check refused a bad one
@@ -151,6 +151,9 @@ func (o *serveOptions) check() error {
 	case "auto", "bwrap", "none":
 	default:
 		return fmt.Errorf("--isolation %q: want auto, bwrap or none", o.isolation)
+	}
+	if err := checkNetworkProvider(o.network.policy, o.provider, o.isolation); err != nil {
+		return err
 	}
 	if o.defaultTimeout <= 0 || o.maxTimeout <= 0 {
 		return errors.New("--default-timeout and --max-timeout must be positive")
@@ -380,7 +383,7 @@ func (o *serveOptions) managerOptions(p manage.Provider, store manage.Store, log
 		Provider: p,
 		Store:    store,
 		Template: manage.SandboxConfig{
-			Network: o.network,
+			Network: o.network.policy,
 			Limits:  manage.Limits{MemoryBytes: int64(o.memory), CPUs: o.cpus, Pids: o.pids},
 		},
 		AutoRecreate: o.autoRecreate,
@@ -391,4 +394,23 @@ func (o *serveOptions) managerOptions(p manage.Provider, store manage.Store, log
 		MaxSandboxesPerOwner: o.maxSandboxesPerPrincipal,
 		OwnerOf:              server.PrincipalOfKey,
 	}
+}
+
+// checkNetworkProvider refuses an allow policy where the provider chosen
+// cannot enforce it: docker and e2b have no egress proxy (e2b knows only
+// allow_internet_access: on or off), and an unisolated local sandbox shares
+// the host's network.
+func checkNetworkProvider(policy manage.NetworkPolicy, provider, isolation string) error {
+	if !policy.IsAllow() {
+		return nil
+	}
+	switch {
+	case provider == docker.Name:
+		return fmt.Errorf("--network %s: the docker provider does not support allow lists yet; use --network on or off, or --provider local (bwrap)", policy)
+	case provider == e2b.Name:
+		return fmt.Errorf("--network %s: the e2b provider supports only --network on or off (E2B's allow_internet_access)", policy)
+	case isolation == "none":
+		return fmt.Errorf("--network %s needs bwrap isolation: an unisolated sandbox shares the host's network, so no proxy could restrict it", policy)
+	}
+	return nil
 }

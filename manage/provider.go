@@ -71,8 +71,9 @@ type SandboxConfig struct {
 	Generation int64
 	// Env is given to every process in the sandbox.
 	Env map[string]string
-	// Network enables outbound network access (off by default).
-	Network bool
+	// Network is the sandbox's network access: off (the zero value), on,
+	// or an allow list. A provider that cannot enforce a policy refuses it.
+	Network NetworkPolicy
 	// Limits bounds resources.
 	Limits Limits
 	// Template is the provider-specific image or template ("" for default).
@@ -112,6 +113,9 @@ type Sandbox struct {
 	// has its predecessor's workspace files, and nothing else of it (not
 	// its installed packages, other files or processes).
 	WorkspaceKept bool
+	// Network is the network policy the sandbox was made with, when the
+	// provider knows it (nil otherwise).
+	Network *NetworkPolicy
 	// EndedAt is when the sandbox stopped or was lost, when the provider
 	// knows it (zero otherwise). The Manager uses it to tell an operation
 	// that certainly never ran from one that may have partly run.

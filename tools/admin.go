@@ -14,21 +14,22 @@ type workspaceInfoInput struct{}
 
 type workspaceInfoOutput struct {
 	Meta
-	Provider    string         `json:"provider" jsonschema_description:"Where sandboxes come from: local, docker or e2b."`
-	SandboxID   string         `json:"sandbox_id" jsonschema_description:"The provider's id of the current sandbox."`
-	Generation  int64          `json:"generation" jsonschema_description:"How many sandboxes this workspace has had; it grows by one at each recreation or reset."`
-	State       string         `json:"state" jsonschema_description:"The sandbox's lifecycle state (running, paused, stopped)."`
-	Isolation   string         `json:"isolation" jsonschema_description:"How the sandbox is isolated: bwrap, container, microvm, or none."`
-	Workdir     string         `json:"workdir" jsonschema_description:"The workspace root inside the sandbox; tool paths are relative to it."`
-	CreatedAt   string         `json:"created_at" jsonschema_description:"When the sandbox was created (RFC 3339, UTC)."`
-	AgeSec      int64          `json:"age_sec" jsonschema_description:"Seconds since the sandbox was created."`
-	EnvdVersion string         `json:"envd_version,omitempty" jsonschema_description:"Version of the daemon inside the sandbox."`
-	Warnings    []string       `json:"warnings,omitempty" jsonschema_description:"Things to keep in mind about this sandbox (for example that nothing isolates it from the host)."`
-	Limits      workspaceLimit `json:"limits" jsonschema_description:"The server's ceilings."`
-	Toolsets    []string       `json:"toolsets" jsonschema_description:"The toolsets this server exposes."`
-	ReadOnly    bool           `json:"read_only" jsonschema_description:"True when the server exposes only tools that change nothing."`
-	StageRoots  []string       `json:"stage_roots" jsonschema_description:"Names of the host directories stage_inputs may read (host://NAME/path); empty when none is allowed."`
-	Artifacts   bool           `json:"artifacts" jsonschema_description:"True when the artifact store is configured (collect_outputs, artifact:// inputs)."`
+	Provider    string           `json:"provider" jsonschema_description:"Where sandboxes come from: local, docker or e2b."`
+	SandboxID   string           `json:"sandbox_id" jsonschema_description:"The provider's id of the current sandbox."`
+	Generation  int64            `json:"generation" jsonschema_description:"How many sandboxes this workspace has had; it grows by one at each recreation or reset."`
+	State       string           `json:"state" jsonschema_description:"The sandbox's lifecycle state (running, paused, stopped)."`
+	Isolation   string           `json:"isolation" jsonschema_description:"How the sandbox is isolated: bwrap, container, microvm, or none."`
+	Workdir     string           `json:"workdir" jsonschema_description:"The workspace root inside the sandbox; tool paths are relative to it."`
+	CreatedAt   string           `json:"created_at" jsonschema_description:"When the sandbox was created (RFC 3339, UTC)."`
+	AgeSec      int64            `json:"age_sec" jsonschema_description:"Seconds since the sandbox was created."`
+	EnvdVersion string           `json:"envd_version,omitempty" jsonschema_description:"Version of the daemon inside the sandbox."`
+	Warnings    []string         `json:"warnings,omitempty" jsonschema_description:"Things to keep in mind about this sandbox (for example that nothing isolates it from the host)."`
+	Limits      workspaceLimit   `json:"limits" jsonschema_description:"The server's ceilings."`
+	Toolsets    []string         `json:"toolsets" jsonschema_description:"The toolsets this server exposes."`
+	ReadOnly    bool             `json:"read_only" jsonschema_description:"True when the server exposes only tools that change nothing."`
+	StageRoots  []string         `json:"stage_roots" jsonschema_description:"Names of the host directories stage_inputs may read (host://NAME/path); empty when none is allowed."`
+	Artifacts   bool             `json:"artifacts" jsonschema_description:"True when the artifact store is configured (collect_outputs, artifact:// inputs)."`
+	Network     workspaceNetwork `json:"network" jsonschema_description:"The sandbox's network access; only the operator can change it."`
 }
 
 type workspaceLimit struct {
@@ -94,6 +95,7 @@ func runWorkspaceInfo(ctx context.Context, c *Call, _ *workspaceInfoInput) (*wor
 		ReadOnly:   cfg.ReadOnly,
 		StageRoots: []string{},
 		Artifacts:  cfg.ArtifactsDir != "",
+		Network:    newWorkspaceNetwork(sandboxNetwork(c, sb)),
 	}
 	if out.Provider == "" {
 		out.Provider = c.d.Manager.Provider().Name()
@@ -104,6 +106,9 @@ func runWorkspaceInfo(ctx context.Context, c *Call, _ *workspaceInfoInput) (*wor
 	}
 	if (sb.Isolation == "" || sb.Isolation == "none") && len(out.Warnings) == 0 {
 		out.Warnings = append(out.Warnings, "This sandbox is not isolated from the host: commands run with the server's own permissions.")
+	}
+	if w := networkMismatch(sb, cfg.Network); w != "" {
+		out.Warnings = append(out.Warnings, w)
 	}
 	for name := range cfg.StageRoots {
 		out.StageRoots = append(out.StageRoots, name)

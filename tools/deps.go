@@ -33,9 +33,10 @@ type Config struct {
 	// ArtifactsDir is the host directory of the artifact store; empty
 	// (the default) disables artifact:// and collecting to the store.
 	ArtifactsDir string
-	// Network says sandboxes have network access (the exec tool is then
-	// open-world). Default false.
-	Network bool
+	// Network is the sandboxes' network policy (the exec tool is
+	// open-world unless it is off), shown by workspace_info and the
+	// instructions. Default off.
+	Network manage.NetworkPolicy
 	// Toolsets selects toolsets by name; empty means all.
 	Toolsets []string
 	// ReadOnly registers only tools that change nothing. Default false.

@@ -90,7 +90,7 @@ func WorkspaceExec(d *Deps) Tool {
 			ReadOnly:    false,
 			Destructive: true, // an arbitrary command can delete or overwrite anything in the sandbox
 			Idempotent:  false,
-			OpenWorld:   d.Config.Network,
+			OpenWorld:   !d.Config.Network.IsOff(),
 		},
 		run: runExec,
 	})
@@ -321,6 +321,7 @@ func runForeground(ctx context.Context, c *Call, lease *manage.Lease, r *pathRes
 	out.TimedOut = res.TimedOut
 	out.DurationMs = res.Duration.Milliseconds()
 	showStreams(c, r, res, logPaths, logErrs, out)
+	networkNotice(c, lease.Sandbox, out.Stdout, out.Stderr)
 	return out, nil
 }
 

@@ -18,6 +18,7 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/sandbox-mcp/sandbox-mcp/envd/envdclient"
+	"github.com/sandbox-mcp/sandbox-mcp/manage"
 )
 
 // execOK runs workspace_exec and decodes its result.
@@ -532,7 +533,11 @@ func TestWorkspaceExecRunIDsSkipLeftovers(t *testing.T) {
 
 func TestWorkspaceExecAnnotations(t *testing.T) {
 	for _, network := range []bool{false, true} {
-		d := NewDeps(nil, Config{Network: network}, nil)
+		var policy manage.NetworkPolicy
+		if network {
+			policy = manage.NetworkPolicyOn()
+		}
+		d := NewDeps(nil, Config{Network: policy}, nil)
 		a := WorkspaceExec(d).Def.Annotations
 		if *a.ReadOnlyHint || !*a.DestructiveHint || *a.IdempotentHint || *a.OpenWorldHint != network {
 			t.Fatalf("network=%v: %+v", network, a)

@@ -21,6 +21,7 @@ func Instructions(cfg Config) string {
 	}
 	fmt.Fprintf(&b, "Limits: a command waits at most timeout_sec (default %d s, ceiling %d s; larger values are clamped and the result says so). For longer work, start it with background: true and follow it with process_output. Each output stream is shown inline up to %d bytes (head and tail); the whole output is kept in a log file whose path the result gives, readable with read_files.\n\n",
 		int64(cfg.DefaultTimeout.Seconds()), int64(cfg.MaxTimeout.Seconds()), cfg.OutputLimit)
+	b.WriteString(networkPolicyLine(cfg.Network) + "\n\n")
 	b.WriteString("Notices: lines starting with NOTICE: come first in a result and also in its notices field. Read them. The most important one says the sandbox was recreated: files, packages and processes from before are gone, and it says whether your command was NOT run or may have partly run. After it, check that what you need exists before continuing. Other notices report a clamped timeout, truncated output, a sandbox resumed after an idle pause, or a sandbox without isolation.\n\n")
 	if cfg.ArtifactsDir != "" {
 		b.WriteString("Artifacts: collect_outputs copies files out of the sandbox into an artifact store that survives the sandbox; stage_inputs with artifact://NAME brings them back, for example after a recreation.\n")

@@ -348,6 +348,7 @@ func (o *workspaceInfoOutput) ModelText() string {
 	line("sandbox", fmt.Sprintf("%s %s, generation %d, %s, age %d s", o.Provider, o.SandboxID, o.Generation, o.State, o.AgeSec))
 	line("isolation", o.Isolation)
 	line("workspace root", o.Workdir)
+	line("network", o.Network.String())
 	line("envd", o.EnvdVersion)
 	l := o.Limits
 	line("limits", fmt.Sprintf("timeout default %d s, max %d s; inline output %s bytes per stream; put_files %s bytes; read_files %s bytes per call",

@@ -121,6 +121,7 @@ func runProcessOutput(ctx context.Context, c *Call, in *processOutputInput) (*pr
 	if in.Offset > p.size {
 		c.Notice("offset %d is past the end of the log (%d bytes); nothing was read.", in.Offset, p.size)
 	}
+	networkNotice(c, lease.Sandbox, &out.Output, nil)
 	return out, nil
 }
 

@@ -14,7 +14,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 
 	"github.com/sandbox-mcp/sandbox-mcp/envd/envdclient"
 	"github.com/sandbox-mcp/sandbox-mcp/manage"
@@ -369,7 +368,10 @@ func crashAt() (phase string, k int) {
 // maybeCrash applies crashAt after done items of phase.
 func maybeCrash(phase string, done int) {
 	if crashPhase == phase && done == crashAfter {
-		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+		// Process.Kill is SIGKILL on Unix (TerminateProcess on Windows).
+		if self, err := os.FindProcess(os.Getpid()); err == nil {
+			_ = self.Kill()
+		}
 		select {} // the signal is on its way
 	}
 }

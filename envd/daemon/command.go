@@ -25,6 +25,13 @@ type Flags struct {
 	// ReadyFD is an inherited descriptor that receives "ready ADDR\n" once
 	// the daemon listens, then is closed; 0 means none.
 	ReadyFD int
+	// ProxyForward, when set ("127.0.0.1:3128=unix:/path"), makes envd
+	// forward TCP connections on that address to the unix socket and
+	// give every process the proxy variables (ProxyEnv) pointing there.
+	// Default none.
+	ProxyForward string
+	// NoProxy is NO_PROXY for processes under ProxyForward. Default none.
+	NoProxy string
 
 	env cmdline.KeyValues
 }
@@ -44,6 +51,8 @@ func (f *Flags) Register(fs *flag.FlagSet) {
 	fs.Var(f.env, "env", "KEY=VALUE given to every process and served by /envs (repeatable)")
 	fs.Int64Var(&f.MaxUploadBytes, "max-upload-bytes", 0, "largest POST /files body in bytes (0: no limit)")
 	fs.IntVar(&f.ReadyFD, "ready-fd", 0, "file descriptor to write \"ready ADDR\" to once listening (0: none)")
+	fs.StringVar(&f.ProxyForward, "proxy-forward", "", "HOST:PORT=unix:/path: forward TCP connections on HOST:PORT to the unix socket (the host's egress proxy) and set HTTP(S)_PROXY and ALL_PROXY to it for every process")
+	fs.StringVar(&f.NoProxy, "no-proxy", "", "NO_PROXY for processes under --proxy-forward (comma-separated)")
 }
 
 // Run serves the daemon the flags describe until ctx ends, logging to log
@@ -59,6 +68,25 @@ func (f *Flags) Run(ctx context.Context, log *slog.Logger) error {
 	cfg := f.Config
 	cfg.Env = f.env
 	cfg.Logger = log
+	if log == nil {
+		log = slog.Default()
+	}
+	if f.ProxyForward != "" {
+		fw, err := ParseProxyForward(f.ProxyForward)
+		if err != nil {
+			return err
+		}
+		env := ProxyEnv(fw.Listen, f.NoProxy)
+		for k, v := range f.env {
+			env[k] = v
+		}
+		cfg.Env = env
+		stop, err := serveProxyForward(ctx, fw, log)
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
 	// The ready descriptor is closed as soon as Run writes its line:
 	// processes the daemon spawns must not inherit it.
 	ready, err := cmdline.OpenReadyFD(f.ReadyFD)

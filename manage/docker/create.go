@@ -24,6 +24,13 @@ import (
 // Create makes and starts a container for cfg and returns once its envd
 // listens and the socket is linked.
 func (p *Provider) Create(ctx context.Context, cfg manage.SandboxConfig) (manage.Sandbox, error) {
+	if cfg.Network.IsAllow() {
+		return manage.Sandbox{}, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf(
+			"the docker provider does not support --network %s yet: use --network on or off, or the local provider (bwrap), which filters egress through a proxy", cfg.Network))
+	}
+	if err := cfg.Network.Check(); err != nil {
+		return manage.Sandbox{}, connect.NewError(connect.CodeInvalidArgument, err)
+	}
 	image := cfg.Template
 	if image == "" {
 		image = p.image
@@ -72,7 +79,7 @@ func (p *Provider) Create(ctx context.Context, cfg manage.SandboxConfig) (manage
 			return manage.Sandbox{}, connect.NewError(connect.CodeInternal, fmt.Errorf("sandbox %s: %w", id, err))
 		}
 		net, err := p.ensureNoNATNetwork(ctx)
-		if err != nil && !cfg.Network {
+		if err != nil && !cfg.Network.IsOn() {
 			return manage.Sandbox{}, err
 		}
 		s.noNATNetwork = net
@@ -185,14 +192,14 @@ func (p *Provider) containerConfig(s spec) (*container.Config, *container.HostCo
 			LabelCreated:   s.created.Format(time.RFC3339),
 			LabelEnvd:      envd.Version,
 			LabelTransport: string(s.transport),
-			LabelNetwork:   strconv.FormatBool(cfg.Network),
+			LabelNetwork:   strconv.FormatBool(cfg.Network.IsOn()),
 		},
 	}
 	if p.disk > 0 {
 		cc.Labels[LabelDisk] = map[bool]string{true: "enforced", false: "unenforced"}[s.disk]
 	}
 	network := container.NetworkMode("none")
-	if cfg.Network {
+	if cfg.Network.IsOn() {
 		network = "bridge"
 	}
 	mounts := []mount.Mount{{Type: mount.TypeBind, Source: p.envd, Target: insideEnvd, ReadOnly: true}}
@@ -223,7 +230,7 @@ func (p *Provider) containerConfig(s spec) (*container.Config, *container.HostCo
 		cc.Env = append(cc.Env, "SANDBOX_MCP_ACCESS_TOKEN="+s.token)
 		cc.ExposedPorts = nat.PortSet{envdPortKey: struct{}{}}
 		hc.PortBindings = nat.PortMap{envdPortKey: []nat.PortBinding{{HostIP: "127.0.0.1", HostPort: ""}}}
-		if !cfg.Network {
+		if !cfg.Network.IsOn() {
 			// Network mode none publishes no port: a bridge without NAT.
 			hc.NetworkMode = container.NetworkMode(s.noNATNetwork)
 		}

@@ -204,7 +204,7 @@ func TestNetworkOffByDefault(t *testing.T) {
 	if res := run(t, c, "ip route 2>&1"); strings.TrimSpace(stdout(res)) != "" {
 		t.Fatalf("routes without network: %q", stdout(res))
 	}
-	_, c2 := create(t, p, manage.SandboxConfig{Key: "k2", Network: true})
+	_, c2 := create(t, p, manage.SandboxConfig{Key: "k2", Network: manage.NetworkPolicyOn()})
 	if got := strings.Fields(stdout(run(t, c2, "ls /sys/class/net"))); len(got) < 2 {
 		t.Fatalf("interfaces with network: %q", got)
 	}

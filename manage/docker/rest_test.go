@@ -12,6 +12,7 @@ import (
 	"strings"
 	"testing"
 
+	"connectrpc.com/connect"
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/network"
 	"github.com/docker/docker/client"
@@ -230,12 +231,26 @@ func TestTCPTransport(t *testing.T) {
 func TestNetworkOption(t *testing.T) {
 	p := newProvider(t, nil)
 	_, off := create(t, p, manage.SandboxConfig{Key: "off"})
-	_, on := create(t, p, manage.SandboxConfig{Key: "on", Network: true})
+	_, on := create(t, p, manage.SandboxConfig{Key: "on", Network: manage.NetworkPolicyOn()})
 	if got := stdout(run(t, off, "ls /sys/class/net | tr '\\n' ' '")); got != "lo " {
 		t.Errorf("network off: interfaces %q", got)
 	}
 	if got := stdout(run(t, on, "ls /sys/class/net | tr '\\n' ' '")); !strings.Contains(got, "eth0") {
 		t.Errorf("network on: interfaces %q", got)
+	}
+}
+
+// An allow list is refused, not silently treated as on or off: the docker
+// provider has no egress proxy yet.
+func TestNetworkAllowRefused(t *testing.T) {
+	p := newProvider(t, nil)
+	policy, err := manage.ParseNetworkPolicy("allow=pypi.org")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = p.Create(context.Background(), manage.SandboxConfig{Key: "allow", Network: policy})
+	if connect.CodeOf(err) != connect.CodeInvalidArgument || !strings.Contains(err.Error(), "does not support --network allow=pypi.org") {
+		t.Fatalf("Create: %v; want InvalidArgument naming the policy", err)
 	}
 }
 

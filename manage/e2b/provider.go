@@ -214,7 +214,14 @@ func (p *Provider) Create(ctx context.Context, cfg manage.SandboxConfig) (manage
 	if template == "" {
 		template = p.template
 	}
-	yes, network := true, cfg.Network
+	if cfg.Network.IsAllow() {
+		return manage.Sandbox{}, fmt.Errorf(
+			"the e2b provider supports only --network on or off (E2B's allow_internet_access), not %s", cfg.Network)
+	}
+	if err := cfg.Network.Check(); err != nil {
+		return manage.Sandbox{}, err
+	}
+	yes, network := true, cfg.Network.IsOn()
 	req := e2bapi.NewSandbox{
 		TemplateID:    template,
 		Timeout:       seconds(p.lifetimeOf(cfg)),

@@ -145,7 +145,10 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	internet := body.AllowInternet == nil || *body.AllowInternet
+	var internet manage.NetworkPolicy
+	if body.AllowInternet == nil || *body.AllowInternet {
+		internet = manage.NetworkPolicyOn()
+	}
 	template := body.TemplateID
 	if template == "base" {
 		template = "" // the provider's default
@@ -176,7 +179,7 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 		Timeout:    ttl,
 		AutoPause:  autoPause,
 		AutoResume: autoResume,
-		Internet:   internet,
+		Internet:   internet.IsOn(),
 		Secure:     body.Secure != nil && *body.Secure,
 		Envd:       info.EnvdVersion,
 	}

@@ -155,8 +155,10 @@ func (p *Provider) bwrapArgs(id, dir, envd string, cfg sandboxSpec, seccomp bool
 	if seccomp {
 		args = append(args, "--seccomp", strconv.Itoa(bwrapSeccompFD))
 	}
+	args = append(args, egressBwrapArgs(dir, cfg)...)
 	args = append(args, "--chdir", insideWorkspace, "--info-fd", "4", "--block-fd", "5", insideEnvd)
-	return append(args, envdArgs(fmt.Sprintf("fd:%d", bwrapListenFD), insideWorkspace, "/tmp", false, cfg.env)...)
+	args = append(args, envdArgs(fmt.Sprintf("fd:%d", bwrapListenFD), insideWorkspace, "/tmp", false, cfg.env)...)
+	return append(args, egressEnvdArgs(cfg)...)
 }
 
 // bwrapProbe is the outcome of running bwrap once.

@@ -88,8 +88,13 @@ func (p *Provider) spec(cfg manage.SandboxConfig) (sandboxSpec, error) {
 	if p.maxNProc > 0 && uint64(lim.Pids) > p.maxNProc {
 		lim.Pids = int64(p.maxNProc)
 	}
+	shared, allow, err := p.networkSpec(cfg.Network)
+	if err != nil {
+		return sandboxSpec{}, err
+	}
 	return sandboxSpec{
-		network: cfg.Network,
+		network: shared,
+		egress:  allow,
 		env:     cfg.Env,
 		memory:  lim.MemoryBytes,
 		cpus:    lim.CPUs,

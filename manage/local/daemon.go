@@ -22,9 +22,10 @@ import (
 type daemon struct {
 	isolation string
 	cmd       *exec.Cmd
-	pid       int     // the process started: bwrap, or envd itself (none)
-	cg        *cgroup // nil without cgroups
-	dir       string  // the sandbox directory
+	pid       int           // the process started: bwrap, or envd itself (none)
+	cg        *cgroup       // nil without cgroups
+	egress    *egressServer // the sandbox's egress proxy; nil: none
+	dir       string        // the sandbox directory
 	record    daemonRecord
 	stderr    *tailBuffer
 	// lock is the sandbox's owner lock, held while the daemon runs and
@@ -97,6 +98,7 @@ func describeExit(err error, isolation string, detached bool) string {
 // sandbox again and make a new one.
 func (d *daemon) wait() {
 	err := d.cmd.Wait()
+	d.egress.close()
 	if d.isolation != IsolationBwrap {
 		_ = syscall.Kill(-d.pid, syscall.SIGKILL)
 	}

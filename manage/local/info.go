@@ -203,6 +203,7 @@ func (p *Provider) describe(meta metadata, isolation string, state manage.State,
 		Isolation:   isolation,
 		Workdir:     insideWorkspace,
 		EnvdVersion: envdVersion,
+		Network:     &meta.Config.Network,
 	}
 	if isolation == IsolationNone {
 		s.Workdir = filepath.Join(p.sandboxesDir, meta.ID, "workspace")

@@ -150,7 +150,7 @@ func acceptAll(ln net.Listener) {
 
 func TestBwrapNetworkOn(t *testing.T) {
 	p := needBwrap(t, Config{})
-	sb := create(t, p, manage.SandboxConfig{Network: true})
+	sb := create(t, p, manage.SandboxConfig{Network: manage.NetworkPolicyOn()})
 	c := connectTo(t, p, sb.ID)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

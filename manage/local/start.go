@@ -18,13 +18,15 @@ import (
 	"connectrpc.com/connect"
 	"golang.org/x/sys/unix"
 
+	"github.com/sandbox-mcp/sandbox-mcp/manage"
 	"github.com/sandbox-mcp/sandbox-mcp/manage/internal/envdready"
 )
 
 // sandboxSpec is what a daemon is started with, resolved from a
 // manage.SandboxConfig and the provider defaults.
 type sandboxSpec struct {
-	network bool
+	network bool                 // shares the host's network
+	egress  manage.NetworkPolicy // an allow policy its proxy enforces, or none
 	env     map[string]string
 	memory  int64
 	cpus    float64
@@ -87,8 +89,18 @@ func (p *Provider) startDaemon(ctx context.Context, id, dir string, spec sandbox
 		return nil, err
 	}
 	defer files.close()
+	proxy, err := p.startEgress(id, dir, spec)
+	if err != nil {
+		return nil, err
+	}
+	waiting := false
+	defer func() {
+		if !waiting {
+			proxy.close()
+		}
+	}()
 
-	d := &daemon{
+	d := &daemon{egress: proxy,
 		isolation: p.isolation, dir: dir, lock: lock, stderr: newTailBuffer(8 << 10),
 		done: make(chan struct{}), released: make(chan struct{}), detached: spec.detached,
 	}
@@ -130,6 +142,7 @@ func (p *Provider) startDaemon(ctx context.Context, id, dir string, spec sandbox
 	// pipe mean "every process that could write it is gone".
 	files.closeChildEnds()
 	go d.wait()
+	waiting = true
 
 	held, err := p.confine(ctx, id, d, spec, files, began)
 	if err != nil {
