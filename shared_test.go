@@ -124,7 +124,7 @@ func sharedState(t *testing.T) string {
 }
 
 // killSandboxes kills every local sandbox in state.
-func killSandboxes(t *testing.T, state string) {
+func killSandboxes(t testing.TB, state string) {
 	if _, err := os.Stat(filepath.Join(state, "sandboxes")); err != nil {
 		return
 	}
