@@ -86,7 +86,7 @@ func TestCallSequenceInNamedWorkspace(t *testing.T) {
 	n := newNewcomer(t)
 	n.mustRun(`./sandbox-mcp call --workspace demo put_files '{"files": [{"path": "hello.py", "content": "print(\"hello from the sandbox\")"}]}'`)
 	out := n.mustRun(`./sandbox-mcp call --workspace demo workspace_exec '{"command": "cat hello.py"}'`)
-	if !strings.Contains(out, `print("hello from the sandbox")`) || !strings.Contains(out, "restarted from its saved files") {
+	if !strings.Contains(out, `print("hello from the sandbox")`) || !strings.Contains(out, "was resumed") {
 		t.Fatalf("second call of the sequence: %q", out)
 	}
 	// Another workspace does not see the file.

@@ -14,6 +14,7 @@ import (
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/api/types/volume"
+	dockerclient "github.com/docker/docker/client"
 	"github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/sandbox-mcp/sandbox-mcp/envd/envdbin"
@@ -82,18 +83,7 @@ func TestServeDockerNamedWorkspace(t *testing.T) {
 	if err != nil || len(cs) != 1 {
 		t.Fatalf("containers of workspace %s: %d, %v", name, len(cs), err)
 	}
-	t.Cleanup(func() {
-		// The server pauses a named workspace at exit: remove it and its volume.
-		ctx := context.Background()
-		cs, _ := cli.ContainerList(ctx, container.ListOptions{All: true, Filters: filters.NewArgs(filters.Arg("label", docker.LabelKey+"=stdio:"+name))})
-		for _, c := range cs {
-			_ = cli.ContainerRemove(ctx, c.ID, container.RemoveOptions{Force: true})
-		}
-		vs, _ := cli.VolumeList(ctx, volume.ListOptions{Filters: filters.NewArgs(filters.Arg("label", docker.LabelKey+"=stdio:"+name))})
-		for _, v := range vs.Volumes {
-			_ = cli.VolumeRemove(ctx, v.Name, true)
-		}
-	})
+	removeDockerWorkspace(t, cli, name)
 	if err := cli.ContainerRemove(ctx, cs[0].ID, container.RemoveOptions{Force: true}); err != nil {
 		t.Fatal(err)
 	}
@@ -111,6 +101,57 @@ func TestServeDockerNamedWorkspace(t *testing.T) {
 	}
 	if err := json.Unmarshal(raw, &out); err != nil || res.IsError || out.Stdout != "kept\nno-pkg\n" {
 		t.Fatalf("on the replacement: %s", textOf(res))
+	}
+}
+
+// removeDockerWorkspace removes named workspace name's containers and
+// volume once the test is done: the server pauses them at exit.
+func removeDockerWorkspace(t *testing.T, cli *dockerclient.Client, name string) {
+	t.Cleanup(func() {
+		ctx := context.Background()
+		cs, _ := cli.ContainerList(ctx, container.ListOptions{All: true, Filters: filters.NewArgs(filters.Arg("label", docker.LabelKey+"=stdio:"+name))})
+		for _, c := range cs {
+			_ = cli.ContainerRemove(ctx, c.ID, container.RemoveOptions{Force: true})
+		}
+		vs, _ := cli.VolumeList(ctx, volume.ListOptions{Filters: filters.NewArgs(filters.Arg("label", docker.LabelKey+"=stdio:"+name))})
+		for _, v := range vs.Volumes {
+			_ = cli.VolumeRemove(ctx, v.Name, true)
+		}
+	})
+}
+
+// TestServeDockerSharedWorkspace: two servers on one named docker
+// workspace; the first exits while the second has a background process in
+// the container, which goes on, as do the second's commands. The container
+// is paused only when the second exits too.
+func TestServeDockerSharedWorkspace(t *testing.T) {
+	requireLeanEnvd(t)
+	cli := dockertest.Engine(t)
+	img := dockertest.BusyboxImage(t, cli)
+	name := fmt.Sprintf("dockershared-%d", time.Now().UnixNano())
+	removeDockerWorkspace(t, cli, name)
+	state := sharedState(t)
+	flags := []string{"--provider", "docker", "--docker-image", img, "--workspace", name}
+	a := startShared(t, state, flags...)
+	a.exec("true", false)
+	b := startShared(t, state, flags...)
+	b.exec("sleep 300", true)
+	a.exit()
+	if !b.sleeperRunning() {
+		t.Fatal("the background sleep of the second server died when the first exited")
+	}
+	if got := textOf(b.exec("echo ran", false)); !strings.Contains(got, "ran") {
+		t.Fatalf("the second server's command after the first exited: %q", got)
+	}
+	ctx := t.Context()
+	cs, err := cli.ContainerList(ctx, container.ListOptions{All: true, Filters: filters.NewArgs(filters.Arg("label", docker.LabelKey+"=stdio:"+name))})
+	if err != nil || len(cs) != 1 || cs[0].State != "running" {
+		t.Fatalf("containers of the workspace while the second server runs: %+v, %v; want one running", cs, err)
+	}
+	b.exit()
+	ci, err := cli.ContainerInspect(ctx, cs[0].ID)
+	if err != nil || !ci.State.Paused {
+		t.Fatalf("the container after the last server exited: %+v, %v; want paused", ci.State, err)
 	}
 }
 

@@ -38,7 +38,10 @@ func newNewcomer(t *testing.T) *newcomer {
 	if err := os.Symlink(bin, filepath.Join(dir, "sandbox-mcp")); err != nil {
 		t.Fatal(err)
 	}
-	env := append(os.Environ(), "SANDBOX_MCP_STATE_DIR="+filepath.Join(dir, "state"), "SANDBOX_MCP_LOG_LEVEL=warn")
+	state := filepath.Join(dir, "state")
+	// Named workspaces' sandboxes outlive the servers that used them.
+	t.Cleanup(func() { killSandboxes(t, state) })
+	env := append(os.Environ(), "SANDBOX_MCP_STATE_DIR="+state, "SANDBOX_MCP_LOG_LEVEL=warn")
 	return &newcomer{t: t, bin: bin, dir: dir, env: env}
 }
 

@@ -27,6 +27,8 @@ func stdioClient(t testing.TB, extra ...string) *mcpclient.Client {
 	t.Helper()
 	bin := envdtest.Binary(t)
 	state := filepath.Join(envdtest.ShortTempDir(t), "state")
+	// Named workspaces' sandboxes outlive the server.
+	t.Cleanup(func() { killSandboxes(t, state) })
 	args := append([]string{"serve", "--state-dir", state, "--log-level", "warn"}, extra...)
 	c, err := mcpclient.NewStdioMCPClient(bin, nil, args...)
 	if err != nil {

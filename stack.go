@@ -18,6 +18,7 @@ import (
 	"github.com/sandbox-mcp/sandbox-mcp/manage/boltstore"
 	"github.com/sandbox-mcp/sandbox-mcp/manage/docker"
 	"github.com/sandbox-mcp/sandbox-mcp/manage/e2b"
+	"github.com/sandbox-mcp/sandbox-mcp/manage/holders"
 	"github.com/sandbox-mcp/sandbox-mcp/manage/redisstore"
 	"github.com/sandbox-mcp/sandbox-mcp/server"
 	"github.com/sandbox-mcp/sandbox-mcp/tools"
@@ -280,7 +281,13 @@ func (o *serveOptions) build(ctx context.Context, log *slog.Logger, cfg server.C
 	if dp, isDocker := st.provider.(*docker.Provider); isDocker {
 		reapUnowned(ctx, dp, st.store, log)
 	}
-	if st.manager, err = manage.New(o.managerOptions(st.provider, st.store, log)); err != nil {
+	mopts := o.managerOptions(st.provider, st.store, log)
+	// Servers on this state directory count each other's holds on named
+	// workspaces: a sandbox two of them use is paused when the last lets go.
+	if mopts.Holders, err = holders.New(filepath.Join(o.stateDir, "holders")); err != nil {
+		return nil, err
+	}
+	if st.manager, err = manage.New(mopts); err != nil {
 		return nil, err
 	}
 	st.deps = tools.NewDeps(st.manager, o.toolsConfig(), log)

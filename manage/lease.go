@@ -52,6 +52,7 @@ func (m *Manager) Acquire(ctx context.Context, key string, named bool) (*Lease, 
 			ws.mu.Unlock()
 			return nil, fmt.Errorf("workspace %q was closed", key)
 		}
+		m.holdLocked(ws)
 		f := ws.flight
 		if f == nil {
 			if ws.lost != nil {

@@ -86,7 +86,17 @@ func (m *Manager) load(ws *workspace, f *flight, epoch uint64) error {
 	m.recoverStore()
 	ctx, cancel := m.callCtx()
 	defer cancel()
+	// Under the key's lock: a server pausing the sandbox (see pause) does
+	// so before this reads the record or leaves it running.
+	// Another server may hold it while it creates the sandbox.
+	lockCtx, cancelLock := context.WithTimeout(context.Background(), m.opts.CreateTimeout)
+	_, unlock, err := m.store.Lock(lockCtx, ws.key)
+	cancelLock()
+	if err != nil {
+		return fmt.Errorf("workspace %q: taking its lock: %w", ws.key, err)
+	}
 	rec, ok, err := m.store.Get(ctx, ws.key)
+	unlock()
 	if err != nil {
 		return fmt.Errorf("workspace %q: reading the store: %w", ws.key, err)
 	}

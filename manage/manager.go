@@ -55,6 +55,23 @@ type Options struct {
 	ClientOptions []envdclient.Option
 	// Logger receives lifecycle logs. Nil means slog.Default().
 	Logger *slog.Logger
+	// Holders counts the servers (sharing the Store) that hold each named
+	// workspace, so that a sandbox several of them use is paused only when
+	// none but this one holds it. Nil means this process is the only one
+	// (package manage/holders counts across processes).
+	Holders Holders
+}
+
+// Holders counts, across the processes sharing a Store, the holders of each
+// named workspace. A Manager holds a named workspace from its first
+// operation until its session ends (EndSession, Shutdown, or the end of the
+// process). Implementations must be safe for concurrent use.
+type Holders interface {
+	// Hold makes the caller a holder of key until release is called (or
+	// the process ends).
+	Hold(key string) (release func(), err error)
+	// Others reports whether someone other than the caller holds key.
+	Others(key string) (bool, error)
 }
 
 // Stats are counters for metrics.
@@ -162,6 +179,9 @@ type workspace struct {
 	lastLoss *LostError // the most recent recreation, for late reporters of the same loss
 	lost     *LostError // set when the sandbox is lost and not replaced (AutoRecreate off)
 	gone     bool       // the workspace ended (session closed)
+	// unhold releases this Manager's hold on a named workspace (nil: not
+	// held, see Options.Holders).
+	unhold func()
 
 	keepAlive     chan struct{} // closed to stop the keep-alive loop (KeepAliver providers) while leases are held
 	keptAliveID   string        // the sandbox the last KeepAlive was for

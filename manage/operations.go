@@ -13,29 +13,60 @@ func (m *Manager) idlePause(ws *workspace) {
 		return
 	}
 	ws.idle = nil
-	m.startFlight(ws, m.pauseTransition)
+	m.startFlight(ws, m.pauseTransition(false))
 	ws.mu.Unlock()
 }
 
-// pauseTransition is pause run as a flight. A pause never fails (see
-// pause), so operations waiting for it carry on.
-func (m *Manager) pauseTransition(ws *workspace, _ *flight, epoch uint64) error {
-	m.pause(ws, epoch)
-	return nil
+// pauseTransition is pause run as a flight; leave also ends this Manager's
+// hold on the workspace (see letGo). A pause never fails (see pause), so
+// operations waiting for it carry on.
+func (m *Manager) pauseTransition(leave bool) transition {
+	return func(ws *workspace, _ *flight, epoch uint64) error {
+		m.pause(ws, epoch, leave)
+		return nil
+	}
 }
 
-// pause freezes the published sandbox. A sandbox the provider cannot pause
-// is left running and the failure logged: the workspace works either way.
-func (m *Manager) pause(ws *workspace, epoch uint64) {
+// pause freezes the published sandbox, unless another server holds the
+// workspace (Options.Holders): then it may be running a call there, and the
+// sandbox is left running for the last holder to pause. The check, the pause
+// and, with leave, the end of this Manager's hold happen under the store's
+// lock of the key, which a server joining the workspace takes to read its
+// record: of two servers leaving at once, the second pauses. A sandbox the
+// provider cannot pause is left running and the failure logged: the
+// workspace works either way.
+func (m *Manager) pause(ws *workspace, epoch uint64, leave bool) {
 	ws.mu.Lock()
 	if ws.epoch != epoch || ws.sb == nil {
 		ws.mu.Unlock()
+		if leave {
+			m.letGo(ws)
+		}
 		return
 	}
 	id := ws.sb.ID
 	ws.mu.Unlock()
 	ctx, cancel := m.callCtx()
 	defer cancel()
+	_, unlock, err := m.store.Lock(ctx, ws.key)
+	if err != nil {
+		m.log.Warn("could not take the workspace's lock to pause its sandbox; leaving it running", "key", ws.key, "sandbox", id, "err", err)
+		if leave {
+			m.letGo(ws)
+		}
+		return
+	}
+	defer func() {
+		// Still under the lock: a server leaving next sees this one gone.
+		if leave {
+			m.letGo(ws)
+		}
+		unlock()
+	}()
+	if m.othersHold(ws.key) {
+		m.log.Info("another server uses the sandbox; leaving it running", "key", ws.key, "sandbox", id)
+		return
+	}
 	if err := m.opts.Provider.Pause(ctx, id); err != nil {
 		m.log.Warn("could not pause idle sandbox; leaving it running", "key", ws.key, "sandbox", id, "err", err)
 		return
@@ -65,6 +96,12 @@ func (m *Manager) Pause(ctx context.Context, key string) error {
 	if ws == nil {
 		return fmt.Errorf("workspace %q has no sandbox", key)
 	}
+	return m.pauseWorkspace(ctx, ws, false)
+}
+
+// pauseWorkspace is Pause; leave also ends this Manager's hold on the
+// workspace, unless operations still hold leases on it.
+func (m *Manager) pauseWorkspace(ctx context.Context, ws *workspace, leave bool) error {
 	for {
 		ws.mu.Lock()
 		if f := ws.flight; f != nil {
@@ -76,8 +113,15 @@ func (m *Manager) Pause(ctx context.Context, key string) error {
 			}
 			continue
 		}
-		if ws.sb == nil || ws.state != StateRunning {
+		// Leaving, a sandbox this Manager paused is paused again: another
+		// server may have resumed it since, and left it running for this
+		// one to pause.
+		pausable := ws.state == StateRunning || (leave && ws.state == StatePaused)
+		if ws.sb == nil || !pausable {
 			ws.mu.Unlock()
+			if leave {
+				m.letGo(ws)
+			}
 			return nil
 		}
 		if ws.active > 0 {
@@ -87,7 +131,7 @@ func (m *Manager) Pause(ctx context.Context, key string) error {
 			ws.mu.Unlock()
 			return nil
 		}
-		f := m.startFlight(ws, m.pauseTransition)
+		f := m.startFlight(ws, m.pauseTransition(leave))
 		ws.mu.Unlock()
 		return f.wait(ctx)
 	}
@@ -160,8 +204,9 @@ func (m *Manager) reset(ws *workspace, f *flight, epoch uint64, oldID string, ge
 }
 
 // EndSession applies the end-of-session policy to key: a named workspace's
-// sandbox is paused (it survives), an anonymous one is killed and forgotten.
-// A replacement in flight is not published.
+// sandbox is paused (it survives) once no other server holds it, and this
+// Manager lets go of it; an anonymous one is killed and forgotten. A
+// replacement in flight is not published.
 func (m *Manager) EndSession(ctx context.Context, key string) error {
 	ws := m.lookup(key)
 	if ws == nil {
@@ -171,9 +216,55 @@ func (m *Manager) EndSession(ctx context.Context, key string) error {
 	named := ws.named
 	ws.mu.Unlock()
 	if named {
-		return m.Pause(ctx, key)
+		return m.pauseWorkspace(ctx, ws, true)
 	}
 	return m.destroy(ctx, ws)
+}
+
+// holdLocked makes this Manager a holder of the named workspace ws
+// (Options.Holders), before it reads the workspace's record: a server that
+// pauses the sandbox after that sees it. A failure is logged; the workspace
+// works either way. Called with ws.mu held.
+func (m *Manager) holdLocked(ws *workspace) {
+	if !ws.named || ws.unhold != nil || m.opts.Holders == nil {
+		return
+	}
+	release, err := m.opts.Holders.Hold(ws.key)
+	if err != nil {
+		m.log.Warn("could not register as a holder of the workspace; other servers may pause its sandbox", "key", ws.key, "err", err)
+		return
+	}
+	ws.unhold = release
+}
+
+// letGo ends this Manager's hold on ws. What it knows of the sandbox may go
+// stale once others may pause it, so the next operation reads the record
+// again (once no lease is held).
+func (m *Manager) letGo(ws *workspace) {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	if ws.unhold == nil {
+		return
+	}
+	ws.unhold()
+	ws.unhold = nil
+	if ws.active == 0 {
+		ws.loaded = false
+	}
+}
+
+// othersHold reports whether another server holds key; when that cannot be
+// learned it says so, and the sandbox is left running.
+func (m *Manager) othersHold(key string) bool {
+	if m.opts.Holders == nil {
+		return false
+	}
+	others, err := m.opts.Holders.Others(key)
+	if err != nil {
+		m.log.Warn("could not learn whether other servers hold the workspace; assuming they do", "key", key, "err", err)
+		return true
+	}
+	return others
 }
 
 // destroy kills an anonymous workspace's sandbox and forgets the workspace.

@@ -24,7 +24,8 @@ func (m *Manager) reaper() {
 
 // Reap kills this provider's sandboxes that have been paused or stopped for
 // longer than PausedTTL, now. Their workspaces report the loss on next use.
-// It returns how many it killed.
+// It returns how many it killed. First it pauses orphans (see pauseOrphans),
+// whose TTL then starts.
 func (m *Manager) Reap(ctx context.Context) int {
 	if m.opts.PausedTTL <= 0 {
 		return 0
@@ -37,6 +38,7 @@ func (m *Manager) Reap(ctx context.Context) int {
 		m.log.Warn("reaper could not list workspaces", "err", err)
 		return 0
 	}
+	m.pauseOrphans(recs)
 	n := 0
 	cutoff := time.Now().Add(-m.opts.PausedTTL)
 	for _, rec := range recs {
@@ -116,4 +118,60 @@ func (m *Manager) reap(rec Record) error {
 		return m.store.Put(ctx, rec)
 	}
 	return m.store.Delete(ctx, rec.Key)
+}
+
+// pauseOrphans pauses the sandboxes of named workspaces recorded as running
+// that no server holds (Options.Holders) any more: their last server ended
+// without pausing them (killed, say), and they would otherwise run until a
+// server uses the workspace again. Each is checked and paused under the
+// key's store lock, as a leaving server's pause is (see pause). Without
+// Holders nothing is known of other servers and nothing is paused.
+func (m *Manager) pauseOrphans(recs []Record) {
+	if m.opts.Holders == nil {
+		return
+	}
+	for _, rec := range recs {
+		if !rec.Named || rec.State != StateRunning || !m.hasOwnSandbox(rec) || m.usesWorkspace(rec.Key) {
+			continue
+		}
+		m.pauseOrphan(rec.Key)
+	}
+}
+
+// usesWorkspace reports whether this Manager holds key or has it in use.
+func (m *Manager) usesWorkspace(key string) bool {
+	ws := m.lookup(key)
+	if ws == nil {
+		return false
+	}
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	return ws.unhold != nil || ws.active > 0 || ws.flight != nil || ws.loaded
+}
+
+// pauseOrphan pauses key's sandbox, recorded as running, unless a server
+// holds the workspace.
+func (m *Manager) pauseOrphan(key string) {
+	ctx, cancel := m.callCtx()
+	defer cancel()
+	_, unlock, err := m.store.Lock(ctx, key)
+	if err != nil {
+		return
+	}
+	defer unlock()
+	rec, ok, err := m.store.Get(ctx, key)
+	if err != nil || !ok || rec.State != StateRunning || !m.hasOwnSandbox(rec) || m.othersHold(key) {
+		return
+	}
+	if err := m.opts.Provider.Pause(ctx, rec.SandboxID); err != nil {
+		m.log.Warn("could not pause a sandbox no server holds", "key", key, "sandbox", rec.SandboxID, "err", err)
+		return
+	}
+	now := time.Now().UTC()
+	rec.State, rec.PausedAt, rec.UpdatedAt = StatePaused, now, now
+	if err := m.store.Put(ctx, rec); err != nil {
+		m.log.Error("could not record workspace in the store", "key", key, "sandbox", rec.SandboxID, "err", err)
+	}
+	m.pauses.Add(1)
+	m.log.Info("paused a sandbox no server holds any more", "key", key, "sandbox", rec.SandboxID)
 }

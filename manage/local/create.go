@@ -100,6 +100,9 @@ func (p *Provider) spec(cfg manage.SandboxConfig) (sandboxSpec, error) {
 		cpus:    lim.CPUs,
 		pids:    lim.Pids,
 		nofile:  lim.NoFile,
+		// A named workspace's sandbox may serve several servers: it
+		// outlives the one that starts it.
+		detached: cfg.Named,
 	}, nil
 }
 

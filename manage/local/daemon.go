@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -34,6 +35,9 @@ type daemon struct {
 	released chan struct{} // closed after done, once the owner lock is released
 	exitErr  error         // why it exited; set before done is closed
 	endedAt  time.Time     // when the waiter saw it exit; set before done
+	// detached is set for a daemon that outlives this process (see
+	// detach): pid is then its keeper's.
+	detached bool
 	// stopReason, when set before the daemon is killed, replaces the exit
 	// status in its detail ("daemon stopped: …").
 	stopReason atomic.Pointer[string]
@@ -54,20 +58,29 @@ func (d *daemon) exitDetail() string {
 	if r := d.stopReason.Load(); r != nil {
 		return "daemon stopped: " + *r
 	}
-	return "daemon exited: " + describeExit(d.exitErr, d.isolation)
+	return "daemon exited: " + describeExit(d.exitErr, d.isolation, d.detached)
+}
+
+// output is the end of what the daemon wrote (bwrap's messages, envd's logs).
+func (d *daemon) output() string {
+	if d.detached {
+		return logTail(d.dir)
+	}
+	return strings.TrimSpace(d.stderr.String())
 }
 
 // describeExit renders a daemon's end. bwrap's pid 1 exits with 128+n when the
-// sandboxed command died of signal n; that is reported as the signal.
-func describeExit(err error, isolation string) string {
+// sandboxed command died of signal n, and so does a detached daemon's keeper
+// when its child did; that is reported as the signal.
+func describeExit(err error, isolation string, detached bool) string {
 	var ee *exec.ExitError
 	if errors.As(err, &ee) {
 		if ws, ok := ee.Sys().(syscall.WaitStatus); ok {
 			if ws.Signaled() {
 				return "signal: " + ws.Signal().String()
 			}
-			if code := ws.ExitStatus(); isolation == IsolationBwrap && code > 128 && code < 128+65 {
-				return "signal: " + syscall.Signal(code-128).String()
+			if sig, ok := signalledExit(ws); ok && (isolation == IsolationBwrap || detached) {
+				return "signal: " + sig.String()
 			}
 		}
 		return ee.Error()

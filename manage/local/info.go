@@ -132,7 +132,11 @@ func (p *Provider) infoLocked(ctx context.Context, id string, e *entry) (s manag
 		rec = daemonRecord{Isolation: p.isolation}
 	}
 	detail := "run by another sandbox-mcp process"
-	if rec.OwnerPID > 0 {
+	switch {
+	case rec.OwnerPID > 0 && !processAlive(rec.OwnerPID):
+		// A detached daemon whose starter is gone (detach.go).
+		detail = fmt.Sprintf("started by sandbox-mcp process %d, which has ended", rec.OwnerPID)
+	case rec.OwnerPID > 0:
 		detail = fmt.Sprintf("run by sandbox-mcp process %d", rec.OwnerPID)
 	}
 	if how := pauseDetail(p.foreignCgroup(id, rec), rec.livePID()); how != "" {

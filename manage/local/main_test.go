@@ -151,7 +151,32 @@ func newStateDir(t testing.TB) string {
 	if err := os.Chmod(dir, 0o711); err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { killDetached(dir) })
 	return dir
+}
+
+// killDetached kills the daemons left running in stateDir once its test is
+// done: named workspaces' daemons outlive their Providers (detach.go).
+func killDetached(stateDir string) {
+	entries, _ := os.ReadDir(filepath.Join(stateDir, "sandboxes"))
+	for _, e := range entries {
+		if !validID(e.Name()) {
+			continue
+		}
+		dir := filepath.Join(stateDir, "sandboxes", e.Name())
+		rec, err := readRecord(dir)
+		if err != nil || !rec.EndedAt.IsZero() {
+			continue
+		}
+		cg := rec.cgroup(e.Name())
+		if pid := rec.livePID(); pid != 0 {
+			killProcs(cg, pid, rec.Isolation)
+		}
+		if cg != nil && cg.exists() {
+			_ = cg.remove(context.Background())
+		}
+		unmountVolume(dir)
+	}
 }
 
 // newProvider starts a provider on a fresh state directory (unless cfg names

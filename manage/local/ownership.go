@@ -26,7 +26,10 @@ import (
 //	            sandbox, for as long as that daemon runs (the descriptor is
 //	            close-on-exec, so no child inherits it). The kernel drops it
 //	            when that process dies, and so does the daemon
-//	            (--die-with-parent): a free owner lock means nothing runs.
+//	            (--die-with-parent): a free owner lock means nothing runs. A
+//	            detached daemon's keeper (detach.go) shares the lock and
+//	            holds it until the daemon ends, also when the Provider's
+//	            process is gone.
 //	op.lock     held exclusively while a Provider starts, pauses, resumes or
 //	            kills the sandbox, and shared while one reads the state of a
 //	            sandbox it does not own. Never held longer than one call.

@@ -16,26 +16,24 @@ import (
 // process tree. Pausing a paused sandbox is a no-op; a stopped one is an
 // error (FailedPrecondition), a gone one NotFound.
 //
-// A sandbox another Provider runs is not paused (FailedPrecondition): the
-// freezer would work from here, but that Provider may be using the sandbox,
-// and its calls would hang on a frozen daemon it believes running. Its owner
-// pauses it when idle; Resume, which only ever lets it run, works from any
-// Provider.
+// A sandbox another Provider runs (or whose daemon outlived the Provider
+// that started it) is paused through its recorded cgroup or process tree;
+// one that recorded neither is Unavailable. Whether other servers still use
+// the sandbox is for the caller to know: the Manager pauses a named
+// workspace's sandbox only when no other server holds it.
 func (p *Provider) Pause(ctx context.Context, id string) error {
 	c, _, err := p.controlExisting(ctx, id)
 	if err != nil {
 		return err
 	}
 	defer c.release()
-	switch {
-	case c.foreign && c.rec.OwnerPID > 0:
-		return connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("sandbox %s is run by sandbox-mcp process %d, which may be using it: only that process pauses it", id, c.rec.OwnerPID))
-	case c.foreign:
-		return connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("sandbox %s is run by another sandbox-mcp process, which may be using it: only that process pauses it", id))
-	case c.own == nil:
+	if c.own == nil && !c.foreign {
 		return connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("sandbox %s is stopped: nothing to pause", id))
 	}
-	cg, pid := c.own.cg, c.own.pid
+	cg, pid := p.procs(c)
+	if c.foreign && !cg.hasFreezer() && pid == 0 {
+		return connect.NewError(connect.CodeUnavailable, fmt.Errorf("pause sandbox %s: another sandbox-mcp process runs it and did not record its processes", id))
+	}
 	if cg.hasFreezer() {
 		if err := cg.setFrozen(ctx, true); err != nil {
 			// Leave it running rather than half frozen.

@@ -25,6 +25,10 @@ func poll(ctx context.Context, first, longest time.Duration, f func() (bool, err
 			return ctx.Err()
 		case <-t.C:
 		}
+		// Both may be ready at once; an ended ctx wins.
+		if err := ctx.Err(); err != nil {
+			return err
+		}
 		pause = min(pause*2, longest)
 	}
 }

@@ -24,6 +24,7 @@
 //	             found again after a restart
 //	owner.lock, op.lock, daemon.json
 //	             who runs the sandbox's daemon, see below and ownership.go
+//	daemon.log   a detached daemon's output (detach.go)
 //
 // The sandbox directory and everything in it but workspace, tmp and run
 // belong to the server; those three belong to the sandbox's host user.
@@ -45,9 +46,14 @@
 //
 // Each sandbox gets a cgroup (v1 or v2) with memory, cpu and pids limits
 // where the host allows, which also freezes it for Pause, and rlimits
-// (RLIMIT_NOFILE, RLIMIT_NPROC). Daemons die with the server (bwrap
-// --die-with-parent, or the parent-death signal): after a restart their
-// sandboxes are stopped, and Resume starts a new daemon on the same files.
+// (RLIMIT_NOFILE, RLIMIT_NPROC). The daemon of a sandbox made for an
+// anonymous workspace dies with the server (bwrap --die-with-parent, or the
+// parent-death signal): after a restart such a sandbox is stopped, and
+// Resume starts a new daemon on the same files. A named workspace's sandbox
+// may serve several servers at once (two clients on one --workspace), so its
+// daemon is detached (detach.go): it runs under a keeper process of its own
+// session and outlives the server that started it, running or paused, until
+// it is killed; the Manager pauses it when the last server holding it lets go.
 //
 // The parent-death signal is delivered when the OS thread that started the
 // daemon exits, not the process; Go only ends a thread when a goroutine
@@ -57,14 +63,15 @@
 // Several Providers, in one process or in several sandbox-mcp processes, may
 // share a state directory. Each sandbox belongs to the Provider that runs
 // its daemon, which holds a lock in the sandbox directory for as long as the
-// daemon runs (see ownership.go). Another Provider sees such a sandbox
-// running or paused, can reach its envd (the unix socket is open to every
-// process of the user), and never restarts or reaps it. It can resume it
-// (thaw the cgroup freezer, or SIGCONT its process tree) and kill it (an
-// explicit request to destroy it), but not pause it, since its owner may be
-// using it. A sandbox whose lock is free runs nothing (its daemon died with
-// its server): it is stopped, and the first Provider to Resume it becomes
-// its owner.
+// daemon runs (see ownership.go); a detached daemon's keeper holds it too,
+// so the lock stays held after that Provider's process is gone. Another
+// Provider sees such a sandbox running or paused, can reach its envd (the
+// unix socket is open to every process of the user), and never restarts or
+// reaps it. It can pause it (freeze its recorded cgroup, or SIGSTOP its
+// process tree: the Manager does so only when no other server holds the
+// workspace), resume it (thaw, or SIGCONT) and kill it (an explicit request
+// to destroy it). A sandbox whose lock is free runs nothing (its daemon died):
+// it is stopped, and the first Provider to Resume it becomes its owner.
 package local
 
 import (
@@ -511,10 +518,12 @@ func (p *Provider) Isolation() string { return p.isolation }
 // Capabilities returns what New found on this machine.
 func (p *Provider) Capabilities() Capabilities { return p.caps }
 
-// Close kills every daemon this provider started and waits for them (until
-// ctx ends), keeping their directories: the sandboxes become stopped, as
-// after a server restart, and another Provider may resume them. Later calls
-// that would start a daemon fail.
+// Close kills every daemon this provider started that dies with it (those
+// of sandboxes not made for a named workspace) and waits for them (until ctx
+// ends), keeping their directories: the sandboxes become stopped, as after
+// a server restart, and another Provider may resume them. Detached daemons
+// (named workspaces', which other servers may be using) are left as they
+// are, running or paused. Later calls that would start a daemon fail.
 func (p *Provider) Close(ctx context.Context) error {
 	p.mu.Lock()
 	if p.closed {
@@ -524,7 +533,7 @@ func (p *Provider) Close(ctx context.Context) error {
 	p.closed = true
 	var daemons []*daemon
 	for _, e := range p.entries {
-		if e.d != nil {
+		if e.d != nil && !e.d.detached {
 			daemons = append(daemons, e.d)
 		}
 	}

@@ -14,7 +14,10 @@ import (
 // arguments in place: $0 is RLIMIT_NOFILE, $1 RLIMIT_NPROC (dash and busybox
 // call it -p, bash -u). Without a value to raise them beyond the server's
 // own, lowering limits needs no privilege.
-const rlimitScript = `ulimit -n "$0" && { ulimit -p "$1" 2>/dev/null || ulimit -u "$1"; } && shift && exec "$@"`
+const rlimitScript = rlimitPrefix + `exec "$@"`
+
+// rlimitPrefix sets the rlimits and shifts them off the arguments.
+const rlimitPrefix = `ulimit -n "$0" && { ulimit -p "$1" 2>/dev/null || ulimit -u "$1"; } && shift && `
 
 // rlimitArgs are /bin/sh's arguments to run argv (argv[0] a path, args the
 // rest) with spec's rlimits.

@@ -12,11 +12,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"syscall"
 	"time"
 
 	"connectrpc.com/connect"
+	"golang.org/x/sys/unix"
 
 	"github.com/sandbox-mcp/sandbox-mcp/manage"
 	"github.com/sandbox-mcp/sandbox-mcp/manage/internal/envdready"
@@ -35,6 +35,9 @@ type sandboxSpec struct {
 	// hostID is the sandbox's own host uid and gid (Provider.hostIDs); 0:
 	// the provider's shared ones.
 	hostID int
+	// detached daemons outlive the server that starts them (see
+	// keeperScript); the others die with it.
+	detached bool
 }
 
 // credFor is the credential bwrap runs as for a sandbox of spec (nil: the
@@ -99,7 +102,7 @@ func (p *Provider) startDaemon(ctx context.Context, id, dir string, spec sandbox
 
 	d := &daemon{egress: proxy,
 		isolation: p.isolation, dir: dir, lock: lock, stderr: newTailBuffer(8 << 10),
-		done: make(chan struct{}), released: make(chan struct{}),
+		done: make(chan struct{}), released: make(chan struct{}), detached: spec.detached,
 	}
 	var cmd *exec.Cmd
 	if p.isolation == IsolationBwrap {
@@ -112,6 +115,17 @@ func (p *Provider) startDaemon(ctx context.Context, id, dir string, spec sandbox
 	}
 	cmd.Stdout = d.stderr
 	cmd.Stderr = d.stderr
+	if spec.detached {
+		// A pipe would break (and SIGPIPE the daemon) once this process
+		// is gone: a detached daemon writes to a file.
+		out, err := os.OpenFile(filepath.Join(dir, daemonLogFile), os.O_WRONLY|os.O_CREATE|os.O_TRUNC|os.O_APPEND|unix.O_NOFOLLOW, 0o600)
+		if err != nil {
+			return nil, connect.NewError(connect.CodeInternal, fmt.Errorf("start sandbox %s: %w", id, err))
+		}
+		defer out.Close()
+		cmd.Stdout, cmd.Stderr = out, out
+		detach(cmd, lock)
+	}
 	// Bounds the wait for the output pipes once the daemon exited, should a
 	// sandbox process have inherited them.
 	cmd.WaitDelay = time.Second
@@ -230,7 +244,7 @@ func (p *Provider) bwrapCommand(id, dir, envdPath string, spec sandboxSpec, f *s
 	cmd.Dir = "/"
 	cmd.Env = []string{}
 	// bwrap --die-with-parent ties the sandbox to this process (see
-	// the package comment on threads).
+	// the package comment on threads), or to its keeper when detached.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Credential: p.credFor(spec)}
 	return cmd
 }
@@ -238,7 +252,8 @@ func (p *Provider) bwrapCommand(id, dir, envdPath string, spec sandboxSpec, f *s
 // unisolatedCommand is the command that runs the envd of the sandbox in dir
 // without isolation: sh sets the rlimits and execs envd, which inherits the
 // ready pipe and the listener (descriptors 3 and 4, see plainListenFD), runs
-// in the workspace and dies with the server (parent-death signal).
+// in the workspace and dies with the server (parent-death signal) unless
+// detached.
 func unisolatedCommand(dir, envdPath string, spec sandboxSpec, f *startFiles) *exec.Cmd {
 	ws := filepath.Join(dir, "workspace")
 	// Go programs restore the NOFILE soft limit they started with in
@@ -292,7 +307,7 @@ func (p *Provider) confine(ctx context.Context, id string, d *daemon, spec sandb
 	cg := d.cg
 	if p.isolation != IsolationBwrap {
 		if cg != nil {
-			if err := cg.add(d.pid); err != nil && !processGone(err) {
+			if err := p.addToCgroup(cg, d); err != nil {
 				return 0, p.abortStart(ctx, id, d, "cgroup", err)
 			}
 		}
@@ -305,7 +320,7 @@ func (p *Provider) confine(ctx context.Context, id string, d *daemon, spec sandb
 	// A sandbox that died already is not an error here: the ready pipe
 	// reports how it died.
 	if cg != nil {
-		if err := cg.add(d.pid, child); err != nil && !processGone(err) {
+		if err := p.addToCgroup(cg, d, child); err != nil {
 			return 0, p.abortStart(ctx, id, d, "cgroup", err)
 		}
 	}
@@ -316,6 +331,26 @@ func (p *Provider) confine(ctx context.Context, id string, d *daemon, spec sandb
 	}
 	_ = f.blockW.Close() // EOF on the block fd lets the sandbox start
 	return time.Since(began), nil
+}
+
+// addToCgroup moves the started daemon d, and more (bwrap's sandbox's
+// first process), into cg; a detached daemon's keeper first, then what it
+// started (forked before it was moved, or else in cg already). Processes
+// that are gone already are no error.
+func (p *Provider) addToCgroup(cg *cgroup, d *daemon, more ...int) error {
+	if err := cg.add(d.pid); err != nil && !processGone(err) {
+		return err
+	}
+	var rest []int
+	if d.detached {
+		rest = keeperChildren(d.pid)
+	}
+	for _, pid := range append(rest, more...) {
+		if err := cg.add(pid); err != nil && !processGone(err) {
+			return err
+		}
+	}
+	return nil
 }
 
 // abortStart stops daemon d of sandbox id, which failed to start (what
@@ -349,11 +384,11 @@ func (p *Provider) startFailure(ctx context.Context, d *daemon, cause error) err
 	case <-ctx.Done():
 		return cause
 	}
-	tail := strings.TrimSpace(d.stderr.String())
+	tail := d.output()
 	if tail == "" {
-		return fmt.Errorf("exited with %s and wrote nothing", describeExit(d.exitErr, d.isolation))
+		return fmt.Errorf("exited with %s and wrote nothing", describeExit(d.exitErr, d.isolation, d.detached))
 	}
-	return fmt.Errorf("exited with %s: %s", describeExit(d.exitErr, d.isolation), tail)
+	return fmt.Errorf("exited with %s: %s", describeExit(d.exitErr, d.isolation, d.detached), tail)
 }
 
 // readInfo reads bwrap's --info-fd document and returns the sandbox's first
