@@ -101,8 +101,11 @@ func (p *Provider) spec(cfg manage.SandboxConfig) (sandboxSpec, error) {
 		pids:    lim.Pids,
 		nofile:  lim.NoFile,
 		// A named workspace's sandbox may serve several servers: it
-		// outlives the one that starts it.
-		detached: cfg.Named,
+		// outlives the one that starts it. Not under an allow list: its
+		// egress proxy runs in the starting server, and a sandbox left
+		// without it would lose the hosts it may reach, so it still ends
+		// with that server (and restarts with the next).
+		detached: cfg.Named && !allow.IsAllow(),
 	}, nil
 }
 
