@@ -24,8 +24,10 @@ const module = "github.com/sandbox-mcp/sandbox-mcp"
 // TestLinksNoMCPStack checks what the lean binary links: nothing of the MCP
 // stack (mcp-go and the JSON-schema libraries whose package init envd would
 // pay for at every sandbox start), none of the project's packages outside
-// envd/, proto/ and the leaf internal/cmdline (the command-line conventions
-// every sandbox-mcp command shares), and no test helpers.
+// envd/, proto/ and the standard-library-only leaves internal/cmdline (the
+// command-line conventions every sandbox-mcp command shares) and
+// internal/netcopy (the connection copy envd's proxy forwarder shares with
+// the host's egress proxy), and no test helpers.
 func TestLinksNoMCPStack(t *testing.T) {
 	out, err := exec.Command("go", "list", "-deps", envdtest.LeanPackage).CombinedOutput()
 	if err != nil {
@@ -41,8 +43,8 @@ func TestLinksNoMCPStack(t *testing.T) {
 			}
 		}
 		if rest, ok := strings.CutPrefix(dep, module+"/"); ok &&
-			!strings.HasPrefix(rest, "envd/") && !strings.HasPrefix(rest, "proto/") && rest != "internal/cmdline" {
-			t.Errorf("the lean envd links %s, outside envd/, proto/ and internal/cmdline", dep)
+			!strings.HasPrefix(rest, "envd/") && !strings.HasPrefix(rest, "proto/") && rest != "internal/cmdline" && rest != "internal/netcopy" {
+			t.Errorf("the lean envd links %s, outside envd/, proto/, internal/cmdline and internal/netcopy", dep)
 		}
 		if dep == "testing" || strings.HasSuffix(dep, "/envdtest") {
 			t.Errorf("the lean envd links the test helper %s", dep)
