@@ -95,10 +95,11 @@ func BenchmarkEnvdRunTrue(b *testing.B) {
 // BenchmarkConcurrentSessions: 32 HTTP sessions (one sandbox each) making 50
 // calls each, all at once: workspace_exec `true` (exec), and test_whoami
 // (noop: the server and the Manager without a process). One op is the
-// whole run; p50/p99 are per call.
+// whole run; p50/p99 are per call. The sessions share one principal, whose
+// concurrent-call limit is raised to let all of them run at once.
 func BenchmarkConcurrentSessions(b *testing.B) {
 	const sessions, calls = 32, 50
-	e := newEnv(b, envOptions{})
+	e := newEnv(b, envOptions{maxCalls: sessions})
 	clients := make([]*mcpClient, sessions)
 	for i := range clients {
 		clients[i] = e.client(b, clientOptions{legacy: true})
