@@ -174,7 +174,7 @@ func BenchmarkStdioRawReadFiles8MiB(b *testing.B) {
 	c := startRawStdio(b, "--max-read-bytes", "32MiB")
 	text := sourceLikeText(bigFileBytes)
 	checkToolResult(b, c.roundTrip(b, toolCallBody(b, "put_files", map[string]any{"files": []any{map[string]any{"path": "big.txt", "content": text}}})))
-	body := toolCallBody(b, "read_files", map[string]any{"paths": []any{"big.txt"}})
+	body := toolCallBody(b, "read_files", map[string]any{"paths": []any{"big.txt"}, "limit": len(text)})
 	if !hasText(checkToolResult(b, c.roundTrip(b, body)), text) {
 		b.Fatal("read_files did not return the file's text")
 	}

@@ -267,7 +267,7 @@ func BenchmarkStdioBinaryPutFiles(b *testing.B) {
 			// The first call creates the sandbox; check that the bytes
 			// arrived whole.
 			s.call(b, "put_files", args)
-			if got := readFilesContent(b, s.call(b, "read_files", map[string]any{"paths": []any{"bench.txt"}})); got != text {
+			if got := readFilesContent(b, s.call(b, "read_files", map[string]any{"paths": []any{"bench.txt"}, "limit": len(text)})); got != text {
 				b.Fatalf("put_files wrote %d bytes that differ from the %d sent", len(got), len(text))
 			}
 			b.SetBytes(int64(ts.size))
@@ -287,7 +287,9 @@ func BenchmarkStdioBinaryReadFiles(b *testing.B) {
 		name := "bench-" + ts.name + ".txt"
 		b.Run(ts.name, func(b *testing.B) {
 			s.call(b, "put_files", map[string]any{"files": []any{map[string]any{"path": name, "content": text}}})
-			args := map[string]any{"paths": []any{name}}
+			// limit: the whole file, read exactly (the default is a
+			// model-sized budget of 2000 lines or 256 KiB).
+			args := map[string]any{"paths": []any{name}, "limit": len(text)}
 			if got := readFilesContent(b, s.call(b, "read_files", args)); got != text {
 				b.Fatalf("read_files returned %d bytes that differ from the %d written", len(got), len(text))
 			}
