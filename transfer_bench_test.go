@@ -312,7 +312,7 @@ func BenchmarkStdioBinaryExec(b *testing.B) {
 		{"command", map[string]any{"command": "true"}},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
-			if out := textOf(s.call(b, "workspace_exec", tc.args)); !strings.Contains(out, `"exit_code":0`) {
+			if out := textOf(s.call(b, "workspace_exec", tc.args)); !strings.HasPrefix(out, "exit 0 ") {
 				b.Fatalf("workspace_exec true: %s", out)
 			}
 			s.timedCalls(b, "workspace_exec", tc.args)
