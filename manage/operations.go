@@ -2,7 +2,9 @@ package manage
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"time"
 )
 
 // idlePause pauses a workspace that stayed idle.
@@ -26,16 +28,27 @@ func (m *Manager) pauseTransition(ws *workspace, _ *flight, epoch uint64) error 
 
 // pause freezes the published sandbox. A sandbox the provider cannot pause
 // is left running and the failure logged: the workspace works either way.
+// So is one another server sharing the store was active on recently, or
+// whose record cannot be read (see lockForPause); with an idle pause, the
+// idle clock then starts again for when that server's activity is old
+// enough.
 func (m *Manager) pause(ws *workspace, epoch uint64) {
 	ws.mu.Lock()
 	if ws.epoch != epoch || ws.sb == nil {
 		ws.mu.Unlock()
 		return
 	}
-	id := ws.sb.ID
+	id, ownWrote := ws.sb.ID, ws.activeWrote
 	ws.mu.Unlock()
 	ctx, cancel := m.callCtx()
 	defer cancel()
+	unlock, err := m.lockForPause(ctx, ws.key, id, ownWrote)
+	if err != nil {
+		m.log.Info("not pausing the sandbox; leaving it running", "key", ws.key, "sandbox", id, "reason", err)
+		m.idleAgain(ws, epoch, err)
+		return
+	}
+	defer unlock()
 	if err := m.opts.Provider.Pause(ctx, id); err != nil {
 		m.log.Warn("could not pause idle sandbox; leaving it running", "key", ws.key, "sandbox", id, "err", err)
 		return
@@ -53,6 +66,32 @@ func (m *Manager) pause(ws *workspace, epoch uint64) {
 	ws.mu.Unlock()
 	m.save(rec)
 	m.log.Info("paused idle sandbox", "key", ws.key, "sandbox", id)
+}
+
+// idleAgain restarts ws's idle-pause clock after a pause was skipped for
+// reason: until another server's activity is old enough, or a full idle
+// pause when the store could not tell.
+func (m *Manager) idleAgain(ws *workspace, epoch uint64, reason error) {
+	if m.opts.IdlePause <= 0 {
+		return
+	}
+	m.mu.Lock()
+	closed := m.closed
+	m.mu.Unlock()
+	if closed {
+		return
+	}
+	wait := m.opts.IdlePause
+	if se := (servedElsewhereError{}); errors.As(reason, &se) {
+		wait = max(time.Until(se.until), time.Millisecond)
+	}
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	if ws.epoch != epoch || ws.active > 0 || ws.gone || ws.sb == nil || ws.state != StateRunning {
+		return
+	}
+	ws.stopIdleLocked()
+	ws.idle = time.AfterFunc(wait, func() { m.idlePause(ws) })
 }
 
 // Pause pauses key's sandbox now (as the idle timer would). It waits for any
