@@ -24,6 +24,7 @@ import (
 
 	"github.com/sandbox-mcp/sandbox-mcp/envd/envdtest"
 	"github.com/sandbox-mcp/sandbox-mcp/manage/e2b"
+	"github.com/sandbox-mcp/sandbox-mcp/manage/e2bapi"
 	"github.com/sandbox-mcp/sandbox-mcp/manage/redisstore/redistest"
 )
 
@@ -370,5 +371,36 @@ func TestReplicaKilledHoldingCreationLock(t *testing.T) {
 	}
 	if !strings.Contains(holder.Stderr(), workspaceKey("crash")) {
 		t.Errorf("the killed replica's hook line does not name the workspace:\n%s", holder.Stderr())
+	}
+}
+
+// TestReplicasIdlePause: with --idle-pause 2s on both replicas, a replica
+// that served the workspace and then saw no call leaves the sandbox running
+// while the other replica runs a call longer than the idle pause on it
+// (that replica records its activity in the store); the call finishes, and
+// the sandbox is running when it does.
+func TestReplicasIdlePause(t *testing.T) {
+	cl := newReplicaCluster(t)
+	a, b := cl.start(t, "a", nil, "--idle-pause", "2s"), cl.start(t, "b", nil, "--idle-pause", "2s")
+	ca, cb := a.client(t, cl.token, "idle"), b.client(t, cl.token, "idle")
+	ctx := t.Context()
+	mustOK(t, "workspace_exec on A", callTool(t, ctx, ca, "workspace_exec", map[string]any{"command": "echo a > a.txt"}))
+	// A's idle clock runs out in the middle of this call on B.
+	res := callTool(t, ctx, cb, "workspace_exec", map[string]any{"command": "sleep 4; cat a.txt; echo done on B", "timeout_sec": 60})
+	var exec struct {
+		Stdout string `json:"stdout"`
+	}
+	mustOK(t, "a call on B longer than A's idle pause", res)
+	structuredOf(t, res, &exec)
+	if exec.Stdout != "a\ndone on B\n" {
+		t.Fatalf("B's call: %q", exec.Stdout)
+	}
+	info := infoOf(t, cb)
+	sb, err := cl.api.Client(t).Get(ctx, info.SandboxID)
+	if err != nil || sb.State != e2bapi.StateRunning {
+		t.Fatalf("the sandbox after B's call: %+v, %v; want running", sb, err)
+	}
+	if ia := infoOf(t, ca); ia != info {
+		t.Fatalf("A sees %+v, B %+v; want one sandbox", ia, info)
 	}
 }
