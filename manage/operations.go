@@ -97,7 +97,8 @@ func (m *Manager) idleAgain(ws *workspace, epoch uint64, reason error) {
 // Pause pauses key's sandbox now (as the idle timer would). It waits for any
 // transition in flight; a sandbox with operations holding leases is left
 // running (the idle timer pauses it once they are done), and so is one the
-// provider fails to pause (the failure is logged). It returns an error only
+// provider fails to pause (the failure is logged) and one another server
+// sharing the store is serving (see pause). It returns an error only
 // when ctx ends first or this Manager has no workspace for key.
 func (m *Manager) Pause(ctx context.Context, key string) error {
 	ws := m.lookup(key)
