@@ -62,6 +62,7 @@ type serveOptions struct {
 	stateDir                 string
 	store                    string
 	redisPrefix              string
+	redisLockExpiry          time.Duration
 	toolsets                 string
 	resultFormat             string
 	readOnly                 bool
@@ -100,6 +101,7 @@ func (o *serveOptions) registerSandboxFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.stateDir, "state-dir", defaultStateDir(), "directory for sandboxes and the workspace store")
 	fs.StringVar(&o.store, "store", "", "workspace store: empty for the embedded file under --state-dir, or redis://[user:pass@]host:port/db (rediss:// for TLS, unix:///path) shared by several replicas")
 	fs.StringVar(&o.redisPrefix, "redis-key-prefix", redisstore.DefaultKeyPrefix, "prefix of every Redis key the store writes (replicas sharing workspaces use the same one)")
+	fs.DurationVar(&o.redisLockExpiry, "redis-lock-expiry", redisstore.DefaultLockExpiry, "how long a Redis creation lock outlives a replica that died holding it (renewed every third of it while held)")
 	fs.StringVar(&o.toolsets, "toolsets", "all", "comma-separated toolsets to expose: exec, process, files, transfer, admin, or all")
 	fs.BoolVar(&o.readOnly, "read-only", false, "expose only tools that change nothing")
 	fs.Var(&o.memory, "memory", "memory limit per sandbox (0: the provider default)")
@@ -173,6 +175,9 @@ func (o *serveOptions) check() error {
 		if _, err := redisstore.ParseURL(o.store); err != nil {
 			return fmt.Errorf("--store: %w", err)
 		}
+	}
+	if o.redisLockExpiry <= 0 {
+		return fmt.Errorf("--redis-lock-expiry %s: give a positive duration", o.redisLockExpiry)
 	}
 	if o.workspace != "" && !server.ValidWorkspaceName(o.workspace) {
 		return fmt.Errorf("--workspace %q: use 1-64 characters from A-Z a-z 0-9 . _ -, not only dots", o.workspace)
@@ -274,6 +279,7 @@ func (o *serveOptions) build(ctx context.Context, log *slog.Logger, cfg server.C
 	if st.store, err = o.openStore(ctx, log); err != nil {
 		return nil, err
 	}
+	st.store = withTestHoldLock(st.store, log)
 	o.resolveProvider(ctx, log)
 	if st.provider, err = o.newProvider(ctx, log); err != nil {
 		return nil, err
@@ -357,7 +363,7 @@ func (o *serveOptions) openStore(ctx context.Context, log *slog.Logger) (manage.
 		}
 		return s, nil
 	}
-	s, err := redisstore.Open(ctx, o.store, redisstore.Options{KeyPrefix: o.redisPrefix, RecordTTL: o.redisRecordTTL(), Logger: log})
+	s, err := redisstore.Open(ctx, o.store, redisstore.Options{KeyPrefix: o.redisPrefix, RecordTTL: o.redisRecordTTL(), LockExpiry: o.redisLockExpiry, Logger: log})
 	if err != nil {
 		return nil, err
 	}

@@ -46,6 +46,7 @@ func (m *Manager) Acquire(ctx context.Context, key string, named bool) (*Lease, 
 		return nil, err
 	}
 	var events []Event
+	touched := false
 	for {
 		ws.mu.Lock()
 		if ws.gone {
@@ -62,6 +63,11 @@ func (m *Manager) Acquire(ctx context.Context, key string, named bool) (*Lease, 
 				return nil, &le
 			}
 			next := m.nextTransition(ws)
+			if next == nil && !touched && time.Since(ws.activeWrote) >= m.activityInterval() {
+				// Quiet for an interval: record the activity and learn
+				// what other servers did meanwhile (once per Acquire).
+				next, touched = m.touch, true
+			}
 			if next == nil {
 				l := m.leaseLocked(ws, events)
 				ws.mu.Unlock()
@@ -111,6 +117,7 @@ func (m *Manager) leaseLocked(ws *workspace, events []Event) *Lease {
 	ws.stopIdleLocked()
 	if ws.active == 1 {
 		m.startKeepAliveLocked(ws)
+		m.startActivityLocked(ws)
 	}
 	sb := *ws.sb
 	sb.State = ws.state
@@ -193,6 +200,10 @@ func (l *Lease) Release() {
 	if ws.active == 0 && ws.keepAlive != nil {
 		close(ws.keepAlive)
 		ws.keepAlive = nil
+	}
+	if ws.active == 0 && ws.activity != nil {
+		close(ws.activity)
+		ws.activity = nil
 	}
 	if ws.active == 0 && l.m.opts.IdlePause > 0 && ws.state == StateRunning && ws.sb != nil {
 		ws.stopIdleLocked()

@@ -457,10 +457,15 @@ func (m *Manager) resume(ws *workspace, f *flight, epoch uint64) error {
 	defer cancel()
 	if err := m.opts.Provider.Resume(ctx, id); err != nil {
 		info, ierr := m.opts.Provider.Info(ctx, id)
-		if ierr == nil && info.State.Terminal() {
+		switch {
+		case ierr == nil && info.State.Terminal():
 			return m.replaceLost(ws, f, epoch, gen, info, err, true)
+		case ierr == nil && info.State == StateRunning && state == StatePaused:
+			// Resumed meanwhile by another server sharing the store.
+			m.log.Info("sandbox already running (resumed by another server)", "key", ws.key, "sandbox", id, "resume_err", err)
+		default:
+			return fmt.Errorf("workspace %q: resuming sandbox %s: %w", ws.key, id, err)
 		}
-		return fmt.Errorf("workspace %q: resuming sandbox %s: %w", ws.key, id, err)
 	}
 	m.resumes.Add(1)
 	ws.mu.Lock()

@@ -36,6 +36,12 @@ type Options struct {
 	// IdlePause pauses a sandbox after this long without an operation; 0
 	// never pauses.
 	IdlePause time.Duration
+	// ActivityInterval is how often the Manager records in the store that it
+	// runs calls on a sandbox (Record.LastActive), for other servers
+	// sharing the store: at most once per interval on calls, and every
+	// interval while a call is in progress. Default: a quarter of
+	// IdlePause, or DefaultActivityInterval when IdlePause is 0.
+	ActivityInterval time.Duration
 	// PausedTTL kills sandboxes paused (or stopped) for longer than this; 0
 	// keeps them forever.
 	PausedTTL time.Duration
@@ -183,6 +189,9 @@ type workspace struct {
 	// held, see Options.Holders).
 	unhold func()
 
+	activeWrote time.Time     // the LastActive this Manager last wrote (or tried to) for the published sandbox
+	activity    chan struct{} // closed to stop the loop that records activity while leases are held
+
 	keepAlive     chan struct{} // closed to stop the keep-alive loop (KeepAliver providers) while leases are held
 	keptAliveID   string        // the sandbox the last KeepAlive was for
 	keptAliveTime time.Time     // and when it was sent
@@ -274,6 +283,11 @@ func (m *Manager) record(ws *workspace) Record {
 	if ws.state == StatePaused || ws.state == StateStopped {
 		rec.PausedAt = now
 	}
+	if ws.state == StateRunning && ws.sb != nil {
+		// Made, resumed or reached for an operation: activity.
+		ws.activeWrote = now
+	}
+	rec.LastActive = ws.activeWrote
 	return rec
 }
 

@@ -2,7 +2,9 @@ package manage
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"time"
 )
 
 // idlePause pauses a workspace that stayed idle.
@@ -28,13 +30,16 @@ func (m *Manager) pauseTransition(leave bool) transition {
 }
 
 // pause freezes the published sandbox, unless another server holds the
-// workspace (Options.Holders): then it may be running a call there, and the
-// sandbox is left running for the last holder to pause. The check, the pause
-// and, with leave, the end of this Manager's hold happen under the store's
-// lock of the key, which a server joining the workspace takes to read its
-// record: of two servers leaving at once, the second pauses. A sandbox the
-// provider cannot pause is left running and the failure logged: the
-// workspace works either way.
+// workspace (Options.Holders) or another server sharing the store was active
+// on it recently (see lockForPause): then it may be running a call there,
+// and the sandbox is left running for the last holder, or the last active
+// server, to pause; with an idle pause, the idle clock then starts again for
+// when that server's activity is old enough. The checks, the pause and, with
+// leave, the end of this Manager's hold happen under the store's lock of the
+// key, which a server joining the workspace takes to read its record: of two
+// servers leaving at once, the second pauses. A sandbox the provider cannot
+// pause, or whose record cannot be read, is left running and the failure
+// logged: the workspace works either way.
 func (m *Manager) pause(ws *workspace, epoch uint64, leave bool) {
 	ws.mu.Lock()
 	if ws.epoch != epoch || ws.sb == nil {
@@ -44,16 +49,17 @@ func (m *Manager) pause(ws *workspace, epoch uint64, leave bool) {
 		}
 		return
 	}
-	id := ws.sb.ID
+	id, ownWrote := ws.sb.ID, ws.activeWrote
 	ws.mu.Unlock()
 	ctx, cancel := m.callCtx()
 	defer cancel()
-	_, unlock, err := m.store.Lock(ctx, ws.key)
+	unlock, err := m.lockForPause(ctx, ws.key, id, ownWrote)
 	if err != nil {
-		m.log.Warn("could not take the workspace's lock to pause its sandbox; leaving it running", "key", ws.key, "sandbox", id, "err", err)
+		m.log.Info("not pausing the sandbox; leaving it running", "key", ws.key, "sandbox", id, "reason", err)
 		if leave {
 			m.letGo(ws)
 		}
+		m.idleAgain(ws, epoch, err)
 		return
 	}
 	defer func() {
@@ -86,10 +92,37 @@ func (m *Manager) pause(ws *workspace, epoch uint64, leave bool) {
 	m.log.Info("paused idle sandbox", "key", ws.key, "sandbox", id)
 }
 
+// idleAgain restarts ws's idle-pause clock after a pause was skipped for
+// reason: until another server's activity is old enough, or a full idle
+// pause when the store could not tell.
+func (m *Manager) idleAgain(ws *workspace, epoch uint64, reason error) {
+	if m.opts.IdlePause <= 0 {
+		return
+	}
+	m.mu.Lock()
+	closed := m.closed
+	m.mu.Unlock()
+	if closed {
+		return
+	}
+	wait := m.opts.IdlePause
+	if se := (servedElsewhereError{}); errors.As(reason, &se) {
+		wait = max(time.Until(se.until), time.Millisecond)
+	}
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	if ws.epoch != epoch || ws.active > 0 || ws.gone || ws.sb == nil || ws.state != StateRunning {
+		return
+	}
+	ws.stopIdleLocked()
+	ws.idle = time.AfterFunc(wait, func() { m.idlePause(ws) })
+}
+
 // Pause pauses key's sandbox now (as the idle timer would). It waits for any
 // transition in flight; a sandbox with operations holding leases is left
 // running (the idle timer pauses it once they are done), and so is one the
-// provider fails to pause (the failure is logged). It returns an error only
+// provider fails to pause (the failure is logged) and one another server
+// sharing the store is serving (see pause). It returns an error only
 // when ctx ends first or this Manager has no workspace for key.
 func (m *Manager) Pause(ctx context.Context, key string) error {
 	ws := m.lookup(key)

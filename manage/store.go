@@ -36,6 +36,14 @@ type Record struct {
 	// yet: the first operation on it carries EventStoreRebuilt (FilesKept),
 	// and the record it then writes no longer has the mark.
 	Recovered bool `json:"recovered,omitempty"`
+	// LastActive is when a server last ran a call on the sandbox, as far as
+	// the store knows: written when the sandbox is made, resumed or
+	// reached, on a call at most once per activity interval (a quarter of
+	// the idle pause, or DefaultActivityInterval), and every interval while
+	// a call is in progress. Servers sharing the store read it before an
+	// idle or end-of-session pause, so one does not pause a sandbox another
+	// is serving.
+	LastActive time.Time `json:"last_active,omitzero"`
 }
 
 // Store keeps workspace records beyond the life of the process; the server
