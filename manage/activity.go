@@ -56,7 +56,7 @@ func (m *Manager) noteActivity(key, id string, gen int64, at time.Time) (rec Rec
 	if err != nil || !ok || rec.SandboxID != id || rec.Generation != gen || rec.State != StateRunning {
 		return rec, ok, err
 	}
-	rec.LastActive, rec.UpdatedAt = at, at
+	rec.LastActive, rec.ActiveBy, rec.UpdatedAt = at, m.instance, at
 	return rec, true, m.store.Put(ctx, rec)
 }
 
@@ -167,4 +167,19 @@ func (m *Manager) lockForPause(ctx context.Context, key, id string, ownWrote tim
 		}
 	}
 	return unlock, nil
+}
+
+// forgetOwnActivity clears the record's LastActive when this server wrote it
+// last, as it leaves key without pausing (other servers hold it): what it
+// did says nothing of whether the others still use the sandbox. Called
+// with key's store lock held; a failure is logged.
+func (m *Manager) forgetOwnActivity(ctx context.Context, key, id string) {
+	rec, ok, err := m.store.Get(ctx, key)
+	if err != nil || !ok || rec.SandboxID != id || rec.ActiveBy != m.instance {
+		return
+	}
+	rec.LastActive, rec.ActiveBy = time.Time{}, ""
+	if err := m.store.Put(ctx, rec); err != nil {
+		m.log.Warn("could not clear this server's activity in the store", "key", key, "sandbox", id, "err", err)
+	}
 }

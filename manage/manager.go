@@ -2,6 +2,7 @@ package manage
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -101,6 +102,9 @@ type Manager struct {
 	workspaces map[string]*workspace
 	closed     bool
 
+	// instance names this Manager in Record.ActiveBy.
+	instance string
+
 	slots *slots // sandboxes per owner
 
 	// Store rebuilds (rediscover.go): the store damages already handled,
@@ -136,6 +140,7 @@ func New(opts Options) (*Manager, error) {
 		opts.Logger = slog.Default()
 	}
 	m := &Manager{
+		instance:   rand.Text(),
 		opts:       opts,
 		log:        opts.Logger,
 		store:      opts.Store,
@@ -288,6 +293,9 @@ func (m *Manager) record(ws *workspace) Record {
 		ws.activeWrote = now
 	}
 	rec.LastActive = ws.activeWrote
+	if !rec.LastActive.IsZero() {
+		rec.ActiveBy = m.instance
+	}
 	return rec
 }
 

@@ -71,6 +71,9 @@ func (m *Manager) pause(ws *workspace, epoch uint64, leave bool) {
 	}()
 	if m.othersHold(ws.key) {
 		m.log.Info("another server uses the sandbox; leaving it running", "key", ws.key, "sandbox", id)
+		if leave {
+			m.forgetOwnActivity(ctx, ws.key, id)
+		}
 		return
 	}
 	if err := m.opts.Provider.Pause(ctx, id); err != nil {

@@ -19,7 +19,16 @@ func TestResetDuringRecreationDiscardsReplacement(t *testing.T) {
 	store := lockSignalStore{Store: manage.NewMemoryStore(), requested: make(chan string, 8)}
 	m := newManager(t, p, func(o *manage.Options) { o.Store = store })
 	l := acquire(t, m, "k")
-	<-store.requested // the first creation
+	// The first acquire's locks (the load's read of the record, then its
+	// creation) are all taken once it returned: drain them, so the waits
+	// below see only the replacement's and the reset's.
+	for drained := false; !drained; {
+		select {
+		case <-store.requested:
+		default:
+			drained = true
+		}
+	}
 	if err := p.LoseDaemon(l.Sandbox.ID, false); err != nil {
 		t.Fatal(err)
 	}

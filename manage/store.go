@@ -44,6 +44,11 @@ type Record struct {
 	// idle or end-of-session pause, so one does not pause a sandbox another
 	// is serving.
 	LastActive time.Time `json:"last_active,omitzero"`
+	// ActiveBy names the server (its Manager) that wrote LastActive. A
+	// server that lets go of a workspace it was the last to be active on
+	// clears LastActive, so its activity does not keep the remaining
+	// servers from pausing the sandbox once they leave too.
+	ActiveBy string `json:"active_by,omitempty"`
 }
 
 // Store keeps workspace records beyond the life of the process; the server
