@@ -15,10 +15,8 @@ import (
 	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/api/types/volume"
 	dockerclient "github.com/docker/docker/client"
-	"github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/sandbox-mcp/sandbox-mcp/envd/envdbin"
-	"github.com/sandbox-mcp/sandbox-mcp/envd/envdtest"
 	"github.com/sandbox-mcp/sandbox-mcp/internal/testenv"
 	"github.com/sandbox-mcp/sandbox-mcp/manage/docker"
 	"github.com/sandbox-mcp/sandbox-mcp/manage/docker/dockertest"
@@ -178,23 +176,7 @@ func BenchmarkStdioDockerExecTrue(b *testing.B) {
 	img := dockertest.BusyboxImage(b, dockertest.Engine(b))
 	for _, tr := range []string{"socket", "tcp"} {
 		b.Run(tr, func(b *testing.B) {
-			c := stdioClient(b, "--provider", "docker", "--docker-image", img, "--docker-transport", tr)
-			req := mcp.CallToolRequest{}
-			req.Params.Name = "workspace_exec"
-			req.Params.Arguments = map[string]any{"argv": []any{"true"}}
-			if _, err := c.CallTool(b.Context(), req); err != nil {
-				b.Fatal(err)
-			}
-			ds := make([]time.Duration, 0, b.N)
-			for b.Loop() {
-				t0 := time.Now()
-				res, err := c.CallTool(b.Context(), req)
-				if err != nil || res.IsError {
-					b.Fatal(res, err)
-				}
-				ds = append(ds, time.Since(t0))
-			}
-			envdtest.ReportPercentiles(b, ds)
+			benchExecTrue(b, stdioClient(b, "--provider", "docker", "--docker-image", img, "--docker-transport", tr))
 		})
 	}
 }

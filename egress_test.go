@@ -17,7 +17,6 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/sandbox-mcp/sandbox-mcp/internal/testenv"
 	"github.com/sandbox-mcp/sandbox-mcp/manage/egress"
 )
 
@@ -57,19 +56,7 @@ func (r egressResult) networkNotices() []string {
 // flags… TOOL ARGS` for n and returns the result.
 func egressCall(t *testing.T, n *newcomer, workspace, flags, tool string, args any) egressResult {
 	t.Helper()
-	raw, err := json.Marshal(args)
-	if err != nil {
-		t.Fatal(err)
-	}
-	line := "./sandbox-mcp call --json --isolation bwrap --workspace " + workspace + " " + flags + " " + tool + " '" +
-		strings.ReplaceAll(string(raw), "'", `'\''`) + "'"
-	out, errs, code := n.run(line, nil)
-	if code != 0 {
-		if strings.Contains(errs, "bwrap") || strings.Contains(errs, "bubblewrap") {
-			testenv.Missing(t, "a working bwrap sandbox (%s): install bubblewrap; sandbox-mcp doctor names the fix", errs)
-		}
-		t.Fatalf("%s: exit %d\n%s\n%s", line, code, out, errs)
-	}
+	line, out := runBwrapCall(t, n, "--json --workspace "+workspace+" "+flags, tool, args)
 	var res egressResult
 	if err := json.Unmarshal([]byte(out), &res); err != nil {
 		t.Fatalf("%s: %v in %q", line, err, out)

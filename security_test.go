@@ -220,11 +220,25 @@ func TestTruncatedStateDB(t *testing.T) {
 // does not work ends the test through testenv.Missing.
 func bwrapCall(t *testing.T, n *newcomer, workspace, extra, tool string, args any) map[string]any {
 	t.Helper()
+	line, out := runBwrapCall(t, n, "--result-format json --workspace "+workspace+" "+extra, tool, args)
+	var res map[string]any
+	if err := json.Unmarshal([]byte(lastLine(out)), &res); err != nil {
+		t.Fatalf("%s: %v in %q", line, err, out)
+	}
+	return res
+}
+
+// runBwrapCall runs `sandbox-mcp call --isolation bwrap flags… TOOL ARGS`
+// for n and returns the command line and its stdout; a failed call fails
+// the test, and a machine whose bwrap does not work ends it through
+// testenv.Missing.
+func runBwrapCall(t *testing.T, n *newcomer, flags, tool string, args any) (line, out string) {
+	t.Helper()
 	raw, err := json.Marshal(args)
 	if err != nil {
 		t.Fatal(err)
 	}
-	line := "./sandbox-mcp call --result-format json --isolation bwrap --workspace " + workspace + " " + extra + " " + tool + " '" +
+	line = "./sandbox-mcp call --isolation bwrap " + flags + " " + tool + " '" +
 		strings.ReplaceAll(string(raw), "'", `'\''`) + "'"
 	out, errs, code := n.run(line, nil)
 	if code != 0 {
@@ -233,11 +247,7 @@ func bwrapCall(t *testing.T, n *newcomer, workspace, extra, tool string, args an
 		}
 		t.Fatalf("%s: exit %d\n%s\n%s", line, code, out, errs)
 	}
-	var res map[string]any
-	if err := json.Unmarshal([]byte(lastLine(out)), &res); err != nil {
-		t.Fatalf("%s: %v in %q", line, err, out)
-	}
-	return res
+	return line, out
 }
 
 // bwrapExec runs command in workspace's bwrap sandbox and returns its

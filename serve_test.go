@@ -229,7 +229,13 @@ func TestServeReadyFDNotOpen(t *testing.T) {
 // BenchmarkStdioBinaryExecTrue is workspace_exec of `true` through the
 // built binary over stdio, local bwrap sandbox.
 func BenchmarkStdioBinaryExecTrue(b *testing.B) {
-	c := stdioClient(b)
+	benchExecTrue(b, stdioClient(b))
+}
+
+// benchExecTrue measures workspace_exec of `true` through c, after one
+// warm-up call that starts the sandbox, and reports the percentiles.
+func benchExecTrue(b *testing.B, c *mcpclient.Client) {
+	b.Helper()
 	req := mcp.CallToolRequest{}
 	req.Params.Name = "workspace_exec"
 	req.Params.Arguments = map[string]any{"argv": []any{"true"}}

@@ -114,6 +114,18 @@ func (s *sharedServer) kill9() {
 	_ = s.c.Close()
 }
 
+// rejoinPaused starts a server on the workspace "shared" after the last
+// one left it and runs a command there, which must say the sandbox was
+// paused while idle and resumed; it returns the new server.
+func rejoinPaused(t *testing.T, state string) *sharedServer {
+	t.Helper()
+	s := startShared(t, state, "--workspace", "shared")
+	if got := textOf(s.exec("true", false)); !strings.Contains(got, "paused while idle and was resumed") {
+		t.Fatalf("the last server's exit should have paused the sandbox; got %q", got)
+	}
+	return s
+}
+
 // sharedState is a fresh state directory for servers to share. Named
 // workspaces' sandboxes outlive their servers: once the test is done (its
 // servers gone), the ones left are killed.
@@ -169,11 +181,7 @@ func TestSharedWorkspaceOutlivesFirstServer(t *testing.T) {
 		t.Fatalf("the second server's command after the first exited: %q", got)
 	}
 	b.exit()
-	c := startShared(t, state, "--workspace", "shared")
-	res := c.exec("echo again", false)
-	if got := textOf(res); !strings.Contains(got, "paused while idle and was resumed") {
-		t.Fatalf("after the last server exited the next one should resume the paused sandbox; got %q", got)
-	}
+	c := rejoinPaused(t, state)
 	if !c.sleeperRunning() {
 		t.Fatal("the background sleep did not survive the pause")
 	}
@@ -196,10 +204,7 @@ func TestSharedWorkspaceHolderKilled(t *testing.T) {
 		t.Fatalf("the second server's command after the first was killed: %q", got)
 	}
 	b.exit()
-	c := startShared(t, state, "--workspace", "shared")
-	if got := textOf(c.exec("true", false)); !strings.Contains(got, "paused while idle and was resumed") {
-		t.Fatalf("the last server's exit should have paused the sandbox; got %q", got)
-	}
+	rejoinPaused(t, state)
 }
 
 // TestSharedWorkspaceThreeServers: three servers join one named workspace
@@ -230,10 +235,7 @@ func TestSharedWorkspaceThreeServers(t *testing.T) {
 		t.Fatal("the sleep died when the third server left")
 	}
 	d.exit()
-	e := startShared(t, state, "--workspace", "shared")
-	if got := textOf(e.exec("true", false)); !strings.Contains(got, "paused while idle and was resumed") {
-		t.Fatalf("the last server's exit should have paused the sandbox; got %q", got)
-	}
+	rejoinPaused(t, state)
 }
 
 // TestAnonymousWorkspaceEndsWithSession: a server without --workspace has a
