@@ -200,7 +200,7 @@ func TestWorkspaceExecCwdPersists(t *testing.T) {
 	if valueOf(out.ExitCode) != 3 || out.Cwd != "c" {
 		t.Fatalf("exit: exit %d, cwd %q", valueOf(out.ExitCode), out.Cwd)
 	}
-	out = h.execOK(map[string]any{"command": "pwd"}) // plain words: runs directly
+	out = h.execOK(map[string]any{"command": "/bin/pwd"}) // plain words: runs directly (pwd alone is a builtin, run by the shell)
 	if valueOf(out.Stdout) != filepath.Join(root, "c")+"\n" || out.Cwd != "c" {
 		t.Fatalf("direct run: %q in %q", valueOf(out.Stdout), out.Cwd)
 	}
