@@ -297,7 +297,7 @@ func runExec(ctx context.Context, c *Call, in *execInput) (*execOutput, error) {
 		claim = newRunClaim(c.d, c.ws.Key, lease.Generation, r.root, lease.Client)
 		if in.Command != "" {
 			cwdFile = path.Join(r.root, cwdDir, claim.ID()+"-"+randomHex(6))
-			line = cwdTrap(cwdFile, in.Command)
+			line = cwdTrap(cwdFile, cwd, in.Command)
 		}
 	}
 	cmd := envdclient.Command{Env: plan.env, Cwd: cwd, Timeout: plan.timeout}

@@ -179,7 +179,12 @@ func TestWorkspaceExecCwdEnvStdin(t *testing.T) {
 func TestWorkspaceExecCwdPersists(t *testing.T) {
 	h := newHarness(t, harnessOptions{})
 	root := h.lease().Sandbox.Workdir
-	out := h.execOK(map[string]any{"command": "mkdir -p a/b c && cd a && export FOO=bar"})
+	// A shell that ends where it started leaves no cwd file to read.
+	out := h.execOK(map[string]any{"command": "cd . && true"})
+	if out.Cwd != "." || h.sbExists(".sandbox-mcp/cwd") {
+		t.Fatalf("staying at the root: cwd %q, cwd dir written %v", out.Cwd, h.sbExists(".sandbox-mcp/cwd"))
+	}
+	out = h.execOK(map[string]any{"command": "mkdir -p a/b c && cd a && export FOO=bar"})
 	if out.Cwd != "a" {
 		t.Fatalf("cwd after cd a: %q", out.Cwd)
 	}
@@ -195,7 +200,7 @@ func TestWorkspaceExecCwdPersists(t *testing.T) {
 	if valueOf(out.ExitCode) != 3 || out.Cwd != "c" {
 		t.Fatalf("exit: exit %d, cwd %q", valueOf(out.ExitCode), out.Cwd)
 	}
-	out = h.execOK(map[string]any{"command": "pwd"}) // plain words: runs directly
+	out = h.execOK(map[string]any{"command": "/bin/pwd"}) // plain words: runs directly (pwd alone is a builtin, run by the shell)
 	if valueOf(out.Stdout) != filepath.Join(root, "c")+"\n" || out.Cwd != "c" {
 		t.Fatalf("direct run: %q in %q", valueOf(out.Stdout), out.Cwd)
 	}

@@ -22,9 +22,10 @@ import (
 // does a directory outside the workspace or one that no longer exists.
 //
 // The shell reports its last directory through a file: a trap on EXIT,
-// set before the command line, writes pwd to cwdDir/<run_id>, which the
-// server reads and removes after the run. A command that fails or calls
-// exit still writes it; one killed by a signal (its timeout), one that
+// set before the command line, writes pwd to cwdDir/<run_id> when it is not
+// where the shell started, and the server reads and removes it after the
+// run (no file: the shell stayed where it started). A command that fails
+// or calls exit still writes it; one killed by a signal (its timeout), one that
 // replaced the shell (exec) or set its own EXIT trap does not, and the
 // directory stays where the command started. What the file says is only
 // used after the same checks as a cwd argument: a directory inside the
@@ -37,15 +38,20 @@ const cwdDir = toolDataDir + "/cwd"
 // cwdFileMax bounds what is read of a cwd file.
 const cwdFileMax = 8 << 10
 
-// cwdVar is the shell variable (not exported) that names the cwd file.
-const cwdVar = "__sandbox_mcp_cwd"
+// cwdVar is the shell variable (not exported) that names the cwd file;
+// startVar names the directory the shell started in.
+const (
+	cwdVar   = "__sandbox_mcp_cwd"
+	startVar = "__sandbox_mcp_cwd0"
+)
 
 // cwdTrap returns line prefixed with the trap that writes the shell's last
 // directory to file, on the same line (error messages keep their line
-// numbers).
-func cwdTrap(file, line string) string {
-	return cwdVar + "=" + shellQuoteArgs([]string{file}) +
-		`; trap 'mkdir -p -- "${` + cwdVar + `%/*}" 2>/dev/null; pwd >"$` + cwdVar + `" 2>/dev/null' EXIT; ` + line
+// numbers). A shell that ends where it started (start, still the same
+// directory) writes nothing, which spares the server removing the file.
+func cwdTrap(file, start, line string) string {
+	return cwdVar + "=" + shellQuoteArgs([]string{file}) + " " + startVar + "=" + shellQuoteArgs([]string{start}) +
+		`; trap '{ [ "$PWD" = "$` + startVar + `" ] && [ . -ef "$` + startVar + `" ]; } 2>/dev/null || { mkdir -p -- "${` + cwdVar + `%/*}" 2>/dev/null; pwd >"$` + cwdVar + `" 2>/dev/null; }' EXIT; ` + line
 }
 
 // shellDirs remembers, per workspace key, where its last shell command
