@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"connectrpc.com/connect"
@@ -55,11 +56,7 @@ func (p *Provider) networkSpec(policy manage.NetworkPolicy) (shared bool, allow 
 func noProxyFor(policy manage.NetworkPolicy) string {
 	var keep []string
 	for _, name := range []string{"localhost", "127.0.0.1", "::1"} {
-		listed := false
-		for _, h := range policy.Allow {
-			listed = listed || h.Host == name
-		}
-		if !listed {
+		if !slices.ContainsFunc(policy.Allow, func(h manage.HostPort) bool { return h.Host == name }) {
 			keep = append(keep, name)
 		}
 	}
