@@ -60,6 +60,19 @@ func (m *Manager) noteActivity(key, id string, gen int64, at time.Time) (rec Rec
 	return rec, true, m.store.Put(ctx, rec)
 }
 
+// markActiveLocked notes now as the time this server last recorded
+// activity on ws's sandbox and returns what noteActivity needs; running is
+// false (and nothing is noted) when ws has no running sandbox. Called with
+// ws.mu held.
+func markActiveLocked(ws *workspace) (id string, gen int64, now time.Time, running bool) {
+	if ws.sb == nil || ws.state != StateRunning {
+		return "", 0, time.Time{}, false
+	}
+	now = time.Now().UTC()
+	ws.activeWrote = now
+	return ws.sb.ID, ws.gen, now, true
+}
+
 // touch is the transition of a call on a running sandbox after this server
 // was quiet for an activity interval: it records the activity and takes
 // the record's word on what happened meanwhile. A sandbox another server
@@ -68,14 +81,15 @@ func (m *Manager) noteActivity(key, id string, gen int64, at time.Time) (rec Rec
 // the sandbox this server holds).
 func (m *Manager) touch(ws *workspace, _ *flight, epoch uint64) error {
 	ws.mu.Lock()
-	if ws.epoch != epoch || ws.sb == nil || ws.state != StateRunning {
+	if ws.epoch != epoch {
 		ws.mu.Unlock()
 		return nil
 	}
-	id, gen := ws.sb.ID, ws.gen
-	now := time.Now().UTC()
-	ws.activeWrote = now
+	id, gen, now, running := markActiveLocked(ws)
 	ws.mu.Unlock()
+	if !running {
+		return nil
+	}
 	rec, ok, err := m.noteActivity(ws.key, id, gen, now)
 	if err != nil {
 		m.log.Warn("could not record activity in the store", "key", ws.key, "sandbox", id, "err", err)
@@ -122,14 +136,11 @@ func (m *Manager) startActivityLocked(ws *workspace) {
 			case <-t.C:
 			}
 			ws.mu.Lock()
-			if ws.sb == nil || ws.state != StateRunning {
-				ws.mu.Unlock()
+			id, gen, now, running := markActiveLocked(ws)
+			ws.mu.Unlock()
+			if !running {
 				continue
 			}
-			id, gen := ws.sb.ID, ws.gen
-			now := time.Now().UTC()
-			ws.activeWrote = now
-			ws.mu.Unlock()
 			if _, _, err := m.noteActivity(ws.key, id, gen, now); err != nil {
 				m.log.Warn("could not record activity in the store", "key", ws.key, "sandbox", id, "err", err)
 			}

@@ -197,17 +197,19 @@ func (l *Lease) Release() {
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
 	ws.active--
-	if ws.active == 0 && ws.keepAlive != nil {
+	if ws.active > 0 {
+		return
+	}
+	if ws.keepAlive != nil {
 		close(ws.keepAlive)
 		ws.keepAlive = nil
 	}
-	if ws.active == 0 && ws.activity != nil {
+	if ws.activity != nil {
 		close(ws.activity)
 		ws.activity = nil
 	}
-	if ws.active == 0 && l.m.opts.IdlePause > 0 && ws.state == StateRunning && ws.sb != nil {
-		ws.stopIdleLocked()
-		ws.idle = time.AfterFunc(l.m.opts.IdlePause, func() { l.m.idlePause(ws) })
+	if l.m.opts.IdlePause > 0 && ws.state == StateRunning && ws.sb != nil {
+		l.m.armIdleLocked(ws, l.m.opts.IdlePause)
 	}
 }
 

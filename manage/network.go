@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -61,11 +62,7 @@ func (h HostPort) IP() (netip.Addr, bool) {
 // lowercase, no brackets) and port is one h permits.
 func (h HostPort) Matches(host string, port uint16) bool {
 	if h.Port == 0 {
-		ok := false
-		for _, p := range DefaultAllowPorts {
-			ok = ok || p == port
-		}
-		if !ok {
+		if !slices.Contains(DefaultAllowPorts, port) {
 			return false
 		}
 	} else if h.Port != port {

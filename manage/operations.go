@@ -117,6 +117,12 @@ func (m *Manager) idleAgain(ws *workspace, epoch uint64, reason error) {
 	if ws.epoch != epoch || ws.active > 0 || ws.gone || ws.sb == nil || ws.state != StateRunning {
 		return
 	}
+	m.armIdleLocked(ws, wait)
+}
+
+// armIdleLocked (re)starts ws's idle-pause clock to pause it after wait.
+// Called with ws.mu held.
+func (m *Manager) armIdleLocked(ws *workspace, wait time.Duration) {
 	ws.stopIdleLocked()
 	ws.idle = time.AfterFunc(wait, func() { m.idlePause(ws) })
 }

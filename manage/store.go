@@ -53,7 +53,8 @@ type Record struct {
 
 // Store keeps workspace records beyond the life of the process; the server
 // uses package manage/boltstore, a file that several servers on one state
-// directory share. Implementations must be safe for concurrent use.
+// directory share, or manage/redisstore, which replicas on several hosts
+// share. Implementations must be safe for concurrent use.
 type Store interface {
 	// Get returns the record for key; ok is false when there is none.
 	Get(ctx context.Context, key string) (rec Record, ok bool, err error)

@@ -101,17 +101,8 @@ func (c *Client) List(ctx context.Context, opts ListOptions) ([]e2bapi.ListedSan
 			return all, nil
 		}
 		seen[next] = true
-		q = cloneValues(q)
 		q.Set("nextToken", next)
 	}
-}
-
-func cloneValues(q url.Values) url.Values {
-	out := make(url.Values, len(q))
-	for k, v := range q {
-		out[k] = append([]string(nil), v...)
-	}
-	return out
 }
 
 // Kill destroys sandbox id and its pause snapshot (DELETE /sandboxes/{id}).

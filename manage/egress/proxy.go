@@ -371,7 +371,8 @@ func (p *Proxy) dialChecked(ctx context.Context, addr string) (net.Conn, error) 
 	return nil, errors.Join(errs...)
 }
 
-// nonPublic are the ranges IsPublic refuses beyond netip's own tests.
+// nonPublic are the ranges IsPublic refuses, named one by one; some are
+// also caught by netip's own tests, and are listed so the list is whole.
 var nonPublic = []netip.Prefix{
 	netip.MustParsePrefix("0.0.0.0/8"),       // "this network"
 	netip.MustParsePrefix("100.64.0.0/10"),   // carrier-grade NAT

@@ -3,12 +3,10 @@
 package local
 
 import (
-	"errors"
 	"fmt"
-	"io/fs"
-	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"connectrpc.com/connect"
@@ -58,11 +56,7 @@ func (p *Provider) networkSpec(policy manage.NetworkPolicy) (shared bool, allow 
 func noProxyFor(policy manage.NetworkPolicy) string {
 	var keep []string
 	for _, name := range []string{"localhost", "127.0.0.1", "::1"} {
-		listed := false
-		for _, h := range policy.Allow {
-			listed = listed || h.Host == name
-		}
-		if !listed {
+		if !slices.ContainsFunc(policy.Allow, func(h manage.HostPort) bool { return h.Host == name }) {
 			keep = append(keep, name)
 		}
 	}
@@ -117,31 +111,11 @@ func (p *Provider) startEgress(id, dir string, spec sandboxSpec) (*egressServer,
 	fail := func(err error) error {
 		return connect.NewError(connect.CodeInternal, fmt.Errorf("start sandbox %s: egress proxy: %w", id, err))
 	}
-	edir := filepath.Join(dir, egressDir)
-	if err := os.Mkdir(edir, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
-		return nil, fail(err)
-	}
-	fi, err := os.Lstat(edir)
+	ln, err := listenInServerDir(filepath.Join(dir, egressDir), 0o755, egressSocketName)
 	if err != nil {
 		return nil, fail(err)
 	}
-	if err := ownedBy(edir, fi, os.Geteuid()); err != nil || !fi.IsDir() {
-		if err == nil {
-			err = fmt.Errorf("%s is not a directory", edir)
-		}
-		return nil, fail(err)
-	}
-	if err := os.Chmod(edir, 0o755); err != nil {
-		return nil, fail(err)
-	}
-	sock := filepath.Join(edir, egressSocketName)
-	if err := os.Remove(sock); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return nil, fail(err)
-	}
-	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: sock, Net: "unix"})
-	if err != nil {
-		return nil, fail(err)
-	}
+	sock := filepath.Join(dir, egressDir, egressSocketName)
 	// Only the sandbox's host user (and the server) may connect.
 	if owner := p.ownerFor(spec); owner[0] >= 0 {
 		if err := os.Lchown(sock, owner[0], owner[1]); err != nil {

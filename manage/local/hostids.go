@@ -114,6 +114,11 @@ func newHostIDs(stateDir, sandboxesDir string, ids IDRange) (*hostIDs, error) {
 // names it among the sandboxes of every state directory.
 func (h *hostIDs) holder(id string) string { return filepath.Join(h.sandboxesDir, id) }
 
+// claimedBy reports whether a claim by holder is sandbox id's: its
+// directory's path, or its bare id in claims written before they were
+// machine-wide.
+func (h *hostIDs) claimedBy(holder, id string) bool { return holder == h.holder(id) || holder == id }
+
 // lock takes the allocation lock.
 func (h *hostIDs) lock(ctx context.Context) (*os.File, error) {
 	f, err := filelock.Lock(ctx, filepath.Join(h.dir, hostIDsLock), unix.LOCK_EX)
@@ -196,7 +201,7 @@ func (h *hostIDs) ensure(ctx context.Context, id, dir string) (uid int, changed 
 	defer func() { _ = l.Close() }()
 	if uid, ok := h.recorded(dir); ok {
 		holder, err := os.ReadFile(filepath.Join(h.dir, strconv.Itoa(uid)))
-		if err == nil && (string(holder) == h.holder(id) || string(holder) == id) && idFreed(ctx, uid) {
+		if err == nil && h.claimedBy(string(holder), id) && idFreed(ctx, uid) {
 			return uid, false, nil
 		}
 	}
@@ -242,7 +247,7 @@ func (h *hostIDs) release(ctx context.Context, id, dir string) {
 	}
 	defer func() { _ = l.Close() }()
 	claim := filepath.Join(h.dir, strconv.Itoa(uid))
-	if holder, err := os.ReadFile(claim); err == nil && (string(holder) == h.holder(id) || string(holder) == id) {
+	if holder, err := os.ReadFile(claim); err == nil && h.claimedBy(string(holder), id) {
 		_ = os.Remove(claim)
 	}
 }

@@ -136,7 +136,8 @@ func seccompProgram() []unix.SockFilter {
 }
 
 // seccompFilterBytes is the program as bwrap reads it from --seccomp: the
-// struct sock_filter array in the machine's byte order.
+// struct sock_filter array, little-endian: the byte order of every
+// architecture that has a filter (amd64, arm64).
 func seccompFilterBytes(prog []unix.SockFilter) []byte {
 	out := make([]byte, 0, 8*len(prog))
 	for _, ins := range prog {

@@ -49,30 +49,11 @@ func socketPath(dir string) string { return filepath.Join(dir, controlDir, socke
 // the caller closes it once the daemon has its copy. The caller holds the
 // sandbox's owner lock, so no daemon uses the socket meanwhile.
 func listenControlSocket(dir string) (*os.File, error) {
-	ctl := filepath.Join(dir, controlDir)
-	if err := os.Mkdir(ctl, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
-		return nil, err
-	}
-	fi, err := os.Lstat(ctl)
+	ln, err := listenInServerDir(filepath.Join(dir, controlDir), 0o700, socketName)
 	if err != nil {
 		return nil, err
 	}
-	if err := ownedBy(ctl, fi, os.Geteuid()); err != nil {
-		return nil, err
-	}
-	if fi.Mode().Perm() != 0o700 {
-		if err := os.Chmod(ctl, 0o700); err != nil {
-			return nil, err
-		}
-	}
-	sock := filepath.Join(ctl, socketName)
-	if err := os.Remove(sock); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return nil, err
-	}
-	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: sock, Net: "unix"})
-	if err != nil {
-		return nil, err
-	}
+	sock := filepath.Join(dir, controlDir, socketName)
 	// The socket outlives this listener: envd serves on it.
 	ln.SetUnlinkOnClose(false)
 	defer func() { _ = ln.Close() }()
@@ -80,6 +61,34 @@ func listenControlSocket(dir string) (*os.File, error) {
 		return nil, err
 	}
 	return ln.File()
+}
+
+// listenInServerDir makes directory dir with mode perm (or checks the one
+// there: a directory, not a symlink, of the server's user, given perm),
+// replaces a socket name in it that a previous daemon left, and listens on
+// a new one.
+func listenInServerDir(dir string, perm fs.FileMode, name string) (*net.UnixListener, error) {
+	if err := os.Mkdir(dir, perm); err != nil && !errors.Is(err, fs.ErrExist) {
+		return nil, err
+	}
+	fi, err := os.Lstat(dir)
+	if err != nil {
+		return nil, err
+	}
+	if err := ownedBy(dir, fi, os.Geteuid()); err != nil {
+		return nil, err
+	}
+	if !fi.IsDir() {
+		return nil, fmt.Errorf("%s is not a directory", dir)
+	}
+	if err := os.Chmod(dir, perm); err != nil {
+		return nil, err
+	}
+	sock := filepath.Join(dir, name)
+	if err := os.Remove(sock); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return nil, err
+	}
+	return net.ListenUnix("unix", &net.UnixAddr{Name: sock, Net: "unix"})
 }
 
 // checkSocketPath refuses to let a client connect to path unless only the

@@ -36,7 +36,7 @@ type sandboxSpec struct {
 	// the provider's shared ones.
 	hostID int
 	// detached daemons outlive the server that starts them (see
-	// keeperScript); the others die with it.
+	// detach); the others die with it.
 	detached bool
 }
 

@@ -520,7 +520,7 @@ func (s *Store) release(h *heldLock) {
 	ctx, cancel := context.WithTimeout(context.Background(), s.opts.CommandTimeout)
 	defer cancel()
 	if err := unlockScript.Run(ctx, s.rdb, []string{s.lockKey(h.key)}, h.token).Err(); err != nil {
-		s.log.Warn("could not release a creation lock; it expires by itself", "key", h.key, "expiry", s.opts.LockExpiry, "err", s.fault(ctx, "releasing the creation lock", err))
+		s.log.Warn("could not release a creation lock; it expires by itself", "key", h.key, "expiry", s.opts.LockExpiry, "err", s.fault(context.Background(), "releasing the creation lock", err))
 	}
 }
 
