@@ -14,10 +14,12 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 
 	mcpclient "github.com/mark3labs/mcp-go/client"
+	"github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/sandbox-mcp/sandbox-mcp/internal/testenv"
 )
@@ -445,6 +447,36 @@ func TestSandboxesHaveTheirOwnHostIDs(t *testing.T) {
 	// python too.
 	if held < pids/2 || held >= pids {
 		t.Fatalf("sandbox A held %d processes; want close to, and below, its limit of %d", held, pids)
+	}
+
+	// Saturated, A's envd still answers (it keeps idle threads for that;
+	// the Go runtime aborts when it cannot make one): concurrent reads, each
+	// a blocking file syscall in envd, and a command that cannot fork, which
+	// fails as such. A is not replaced.
+	var reads sync.WaitGroup
+	readErrs := make(chan string, 4)
+	for range 4 {
+		reads.Go(func() {
+			req := mcp.CallToolRequest{}
+			req.Params.Name = "read_files"
+			req.Params.Arguments = map[string]any{"paths": []any{"hold.py"}}
+			res, err := a.CallTool(ctx, req)
+			switch {
+			case err != nil:
+				readErrs <- err.Error()
+			case res.IsError || !strings.Contains(textOf(res), "os.fork()"):
+				readErrs <- textOf(res)
+			}
+		})
+	}
+	reads.Wait()
+	close(readErrs)
+	for msg := range readErrs {
+		t.Errorf("read_files in saturated sandbox A: %s", msg)
+	}
+	res = callTool(t, ctx, a, "workspace_exec", map[string]any{"argv": []any{"true"}})
+	if out := textOf(res); !res.IsError || !strings.Contains(out, "process limit is reached") || strings.Contains(out, "restarted") {
+		t.Errorf("workspace_exec in saturated sandbox A: %s; want a failure to start that names the process limit, the sandbox kept", out)
 	}
 
 	res = callTool(t, ctx, b, "workspace_exec", map[string]any{"argv": []any{"python3", "fork.py", "hold-b"}})

@@ -319,6 +319,7 @@ func Run(ctx context.Context, cfg Config, addr string, ready io.Writer) error {
 	if err != nil {
 		return err
 	}
+	reserveThreads(reservedThreads(ownTaskLimit()))
 	ln, err := Listen(addr)
 	if err != nil {
 		return err

@@ -356,6 +356,10 @@ func startError(cmd string, err error) error {
 	if errors.As(err, &pe) {
 		err = pe.Err
 	}
+	if errors.Is(err, syscall.EAGAIN) {
+		// fork's EAGAIN: the sandbox's process (task) limit is full.
+		return fmt.Errorf("start '%s': the sandbox's process limit is reached (%w); end some of its processes first", cmd, err)
+	}
 	return fmt.Errorf("start '%s': %w", cmd, err)
 }
 

@@ -140,7 +140,26 @@ func (h *hostIDs) allocate(ctx context.Context, id, dir string) (int, error) {
 }
 
 func (h *hostIDs) allocateLocked(id, dir string) (int, error) {
-	busy := runningIDs()
+	// An exited process still counts against its uid's RLIMIT_NPROC until
+	// it is reaped, and init may take its time with a sandbox's exited
+	// bwrap: an id only zombies hold would start the next tenant with part
+	// of its process budget gone. Such ids are taken only when no other is
+	// free.
+	live, all := processIDs()
+	for _, busy := range []map[int]bool{all, live} {
+		uid, err := h.claimFree(id, dir, busy)
+		if err != nil || uid != 0 {
+			return uid, err
+		}
+	}
+	return 0, fmt.Errorf("sandbox host ids: all %d ids of the range %s are in use (by sandboxes, stopped ones included, or by running processes): "+
+		"kill unused sandboxes or give a larger range (--sandbox-ids)", h.ids.Count, h.ids)
+}
+
+// claimFree claims for sandbox id the first id of the range that busy does
+// not hold and no live sandbox claims, and records it in dir; 0 if there is
+// none.
+func (h *hostIDs) claimFree(id, dir string, busy map[int]bool) (int, error) {
 	for uid := h.ids.First; uid < h.ids.First+h.ids.Count; uid++ {
 		if busy[uid] {
 			continue
@@ -163,8 +182,7 @@ func (h *hostIDs) allocateLocked(id, dir string) (int, error) {
 		}
 		return uid, nil
 	}
-	return 0, fmt.Errorf("sandbox host ids: all %d ids of the range %s are in use (by sandboxes, stopped ones included, or by running processes): "+
-		"kill unused sandboxes or give a larger range (--sandbox-ids)", h.ids.Count, h.ids)
+	return 0, nil
 }
 
 // stale reports whether a claim by holder (a sandbox directory's path; a
@@ -220,7 +238,8 @@ func idFreed(ctx context.Context, uid int) bool {
 	grace, cancel := context.WithTimeout(ctx, stoppingGrace)
 	defer cancel()
 	return poll(grace, 100*time.Microsecond, 20*time.Millisecond, func() (bool, error) {
-		return !runningIDs()[uid], nil
+		live, _ := processIDs()
+		return !live[uid], nil
 	}) == nil
 }
 
@@ -252,14 +271,15 @@ func (h *hostIDs) release(ctx context.Context, id, dir string) {
 	}
 }
 
-// runningIDs are the uids and gids (real, effective, saved, filesystem) of
-// every live process on the host. Zombies are left out: they run nothing,
-// and a sandbox's exited bwrap stays one until init reaps it.
-func runningIDs() map[int]bool {
-	ids := map[int]bool{}
+// processIDs are the uids and gids (real, effective, saved, filesystem) of
+// the processes on the host: live the ones of running processes, all those
+// of zombies too (they run nothing, but hold their share of their uid's
+// process count until they are reaped).
+func processIDs() (live, all map[int]bool) {
+	live, all = map[int]bool{}, map[int]bool{}
 	entries, err := os.ReadDir("/proc")
 	if err != nil {
-		return ids
+		return live, all
 	}
 	for _, e := range entries {
 		if e.Name()[0] < '0' || e.Name()[0] > '9' {
@@ -269,9 +289,7 @@ func runningIDs() map[int]bool {
 		if err != nil {
 			continue
 		}
-		if strings.Contains(string(data), "\nState:\tZ") {
-			continue
-		}
+		zombie := strings.Contains(string(data), "\nState:\tZ")
 		for _, line := range strings.Split(string(data), "\n") {
 			rest, ok := strings.CutPrefix(line, "Uid:")
 			if !ok {
@@ -282,12 +300,15 @@ func runningIDs() map[int]bool {
 			}
 			for _, f := range strings.Fields(rest) {
 				if n, err := strconv.Atoi(f); err == nil {
-					ids[n] = true
+					all[n] = true
+					if !zombie {
+						live[n] = true
+					}
 				}
 			}
 		}
 	}
-	return ids
+	return live, all
 }
 
 // chownTree gives every file under root (not following symlinks) to

@@ -3,10 +3,15 @@
 package local
 
 import (
+	"context"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
+	"syscall"
 	"testing"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/sandbox-mcp/sandbox-mcp/internal/testenv"
 	"github.com/sandbox-mcp/sandbox-mcp/manage"
@@ -86,5 +91,56 @@ func TestParseIDRange(t *testing.T) {
 		if _, err := ParseIDRange(bad); err == nil {
 			t.Errorf("ParseIDRange(%q) accepted", bad)
 		}
+	}
+}
+
+// An unreaped zombie still counts against its uid's RLIMIT_NPROC, so a new
+// sandbox is not given the id it runs as while another is free (init may
+// reap a sandbox's exited bwrap late, and the next tenant would start with
+// part of its process budget gone); with none other free, it is.
+func TestHostIDsSkipUnreapedZombies(t *testing.T) {
+	testenv.RequireRoot(t)
+	const zombieUID = 1879200000
+	cmd := exec.Command("/bin/true")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: sandboxCred(zombieUID)}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Wait() })
+	// Not reaped until Wait: the child becomes a zombie once it exits,
+	// which waitid with WNOWAIT waits for without reaping it.
+	var info unix.Siginfo
+	if err := unix.Waitid(unix.P_PID, cmd.Process.Pid, &info, unix.WEXITED|unix.WNOWAIT, nil); err != nil {
+		t.Fatal(err)
+	}
+
+	stateDir := newStateDir(t)
+	h, err := newHostIDs(stateDir, filepath.Join(stateDir, "sandboxes"), IDRange{First: zombieUID, Count: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(stateDir, "sandboxes", "zombietest1")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	uid, err := h.allocate(testCtx(t), "zombietest1", dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { h.release(context.Background(), "zombietest1", dir) })
+	if uid != zombieUID+1 {
+		t.Fatalf("allocated host id %d while a zombie runs as %d; want %d", uid, zombieUID, zombieUID+1)
+	}
+	dir2 := filepath.Join(stateDir, "sandboxes", "zombietest2")
+	if err := os.MkdirAll(dir2, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	uid2, err := h.allocate(testCtx(t), "zombietest2", dir2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { h.release(context.Background(), "zombietest2", dir2) })
+	if uid2 != zombieUID {
+		t.Fatalf("with the range otherwise taken, allocated host id %d; want the zombie's %d", uid2, zombieUID)
 	}
 }
