@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -651,5 +652,91 @@ func TestDiskQuota(t *testing.T) {
 	var size int64
 	if _, err := fmt.Sscanf(out, "%d", &size); err != nil || size > 64<<20+256 || !strings.Contains(out, "not saved") {
 		t.Errorf("the flood's log %s: %q; want at most 64 MiB and a last line saying what was not saved", log, out)
+	}
+}
+
+// Finding 1, against the real binary: inside alice's sandbox the tenant
+// replaces everything it can write where the daemon's socket used to be
+// with symlinks to bob's socket (old and new places) and to a host socket,
+// then alice's server restarts, so her next calls dial afresh. They still
+// run in alice's sandbox, bob's workspace is untouched, and the host socket
+// never sees a connection.
+func TestSocketSwapFromInsideTheSandbox(t *testing.T) {
+	testenv.RequireRoot(t)
+	n := newNewcomer(t)
+	state := filepath.Join(n.dir, "state")
+	start := func(ws string) *mcpclient.Client {
+		t.Helper()
+		c, err := mcpclient.NewStdioMCPClient(n.bin, []string{"SANDBOX_MCP_STATE_DIR=" + state},
+			"serve", "--isolation", "bwrap", "--log-level", "warn", "--result-format", "json", "--workspace", ws)
+		if err != nil {
+			t.Fatal(err)
+		}
+		initialize(t, context.Background(), c)
+		return c
+	}
+	ctx := context.Background()
+	sh := func(c *mcpclient.Client, line string) string {
+		t.Helper()
+		res := callTool(t, ctx, c, "workspace_exec", map[string]any{"command": line})
+		out, _ := res.StructuredContent.(map[string]any)["stdout"].(string)
+		if res.IsError {
+			t.Fatalf("%s: %s", line, textOf(res))
+		}
+		return strings.TrimSpace(out)
+	}
+	alice, bob := start("alice"), start("bob")
+	defer bob.Close()
+	aliceID, bobID := sh(alice, "hostname"), sh(bob, "hostname")
+	if aliceID == "" || aliceID == bobID {
+		t.Fatalf("sandbox ids %q and %q", aliceID, bobID)
+	}
+	if info := textOf(callTool(t, ctx, alice, "workspace_info", map[string]any{})); !strings.Contains(info, "bwrap") {
+		testenv.Missing(t, "a bwrap sandbox (workspace_info: %s): install bubblewrap", info)
+	}
+	sh(bob, "echo bob > owner")
+
+	hostSock := filepath.Join(n.dir, "host.sock")
+	ln, err := net.Listen("unix", hostSock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	accepted := make(chan struct{}, 1)
+	go func() {
+		if c, err := ln.Accept(); err == nil {
+			accepted <- struct{}{}
+			c.Close()
+		}
+	}()
+
+	bobDir := filepath.Join(state, "sandboxes", bobID)
+	attack := fmt.Sprintf(`cd /.sandbox-mcp/run || exit 1
+for f in * .[!.]*; do [ -e "$f" ] && mv "$f" "moved-$f"; done
+ln -s %[1]s/run/envd.sock envd.sock
+ln -s %[1]s/ctl/envd.sock ctl
+ln -s %[2]s host.sock
+echo replaced`, bobDir, hostSock)
+	if out := sh(alice, attack); !strings.Contains(out, "replaced") {
+		t.Fatalf("attack script: %s", out)
+	}
+	alice.Close()
+
+	alice = start("alice")
+	defer alice.Close()
+	if got := sh(alice, "hostname"); got != aliceID {
+		t.Fatalf("after the swap and a restart, alice's command ran in sandbox %q; want her own %q (bob is %q)", got, aliceID, bobID)
+	}
+	sh(alice, "echo alice > owner")
+	if got := sh(bob, "cat owner"); got != "bob" {
+		t.Errorf("bob's file after alice's write: %q; want bob", got)
+	}
+	if got := sh(alice, "cat owner"); got != "alice" {
+		t.Errorf("alice's file: %q; want alice", got)
+	}
+	select {
+	case <-accepted:
+		t.Error("the server connected to the host socket alice's sandbox pointed at")
+	default:
 	}
 }
