@@ -7,6 +7,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io/fs"
 	"io"
 	"net"
 	"net/http"
@@ -738,5 +739,46 @@ echo replaced`, bobDir, hostSock)
 	case <-accepted:
 		t.Error("the server connected to the host socket alice's sandbox pointed at")
 	default:
+	}
+}
+
+// Finding 8, against the real binary: collected artifacts, whatever their
+// modes in the sandbox, are private to the server's user. Another local
+// user cannot list the store (whose names reveal principals and
+// workspaces) or read a collected file, not even one world-readable in the
+// sandbox.
+func TestArtifactsPrivateToTheServerUser(t *testing.T) {
+	testenv.RequireRoot(t)
+	testenv.RequireUser(t, "nobody")
+	n := newNewcomer(t)
+	if err := os.Chmod(n.dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	n.mustRun(`./sandbox-mcp call --workspace w put_files '{"files": [{"path": "out/report.txt", "content": "tenant data", "mode": "0644"}]}'`)
+	n.mustRun(`./sandbox-mcp call --workspace w collect_outputs '{"globs": ["out/**"]}'`)
+	// The state directory open to all, as an operator might leave it: the
+	// store itself must hold.
+	if err := os.Chmod(filepath.Join(n.dir, "state"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("su", "-s", "/bin/sh", "nobody", "-c", "ls "+filepath.Join(n.dir, "state")).CombinedOutput(); err != nil {
+		t.Fatalf("as nobody, listing the open state directory failed: %v: %s", err, out)
+	}
+	art := filepath.Join(n.dir, "state", "artifacts")
+	var collected string
+	_ = filepath.WalkDir(art, func(p string, d fs.DirEntry, err error) error {
+		if err == nil && !d.IsDir() && d.Name() == "report.txt" {
+			collected = p
+		}
+		return nil
+	})
+	if collected == "" {
+		t.Fatalf("no report.txt under %s", art)
+	}
+	for _, probe := range []string{"ls " + art, "cat " + collected, "ls " + filepath.Dir(collected)} {
+		cmd := exec.Command("su", "-s", "/bin/sh", "nobody", "-c", probe)
+		if out, err := cmd.CombinedOutput(); err == nil {
+			t.Errorf("as nobody, %s succeeded: %s", probe, out)
+		}
 	}
 }
