@@ -319,7 +319,6 @@ func Run(ctx context.Context, cfg Config, addr string, ready io.Writer) error {
 	if err != nil {
 		return err
 	}
-	reserveThreads(reservedThreads(ownTaskLimit()))
 	ln, err := Listen(addr)
 	if err != nil {
 		return err
@@ -332,6 +331,9 @@ func Run(ctx context.Context, cfg Config, addr string, ready io.Writer) error {
 			d.log.Warn("could not signal readiness", "err", err)
 		}
 	}
+	// Off the start's critical path (a thread costs ~0.1 ms to make): a
+	// workload takes longer than that to fill the limit.
+	go reserveThreads(reservedThreads(ownTaskLimit()))
 	select {
 	case err := <-errc:
 		d.Close()
