@@ -6,6 +6,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"testing"
@@ -178,5 +180,58 @@ func BenchmarkStdioDockerExecTrue(b *testing.B) {
 		b.Run(tr, func(b *testing.B) {
 			benchExecTrue(b, stdioClient(b, "--provider", "docker", "--docker-image", img, "--docker-transport", tr))
 		})
+	}
+}
+
+// TestServeDockerDamagedStateDB: a named docker workspace's state.db
+// damaged between two servers; the next call used to get a new empty
+// container (the old one orphaned). Now it reaches the same container,
+// with its file and its background process, and says once that the store
+// was rebuilt and the sandbox recovered.
+func TestServeDockerDamagedStateDB(t *testing.T) {
+	requireLeanEnvd(t)
+	cli := dockertest.Engine(t)
+	img := dockertest.BusyboxImage(t, cli)
+	name := fmt.Sprintf("dockerdamaged-%d", time.Now().UnixNano())
+	removeDockerWorkspace(t, cli, name)
+	n := newNewcomer(t)
+	call := "./sandbox-mcp call --provider docker --docker-image " + img + " --workspace " + name + " "
+	n.mustRun(call + `put_files '{"files": [{"path": "kept.txt", "content": "still here"}]}'`)
+	n.mustRun(call + `workspace_exec '{"command": "sleep 3600", "background": true}'`)
+	ctx := t.Context()
+	list := func() []container.Summary {
+		cs, err := cli.ContainerList(ctx, container.ListOptions{All: true, Filters: filters.NewArgs(filters.Arg("label", docker.LabelKey+"=stdio:"+name))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cs
+	}
+	before := list()
+	if len(before) != 1 {
+		t.Fatalf("containers of the workspace: %+v; want one", before)
+	}
+	db := filepath.Join(n.dir, "state", "state.db")
+	if err := os.Truncate(db, 8192); err != nil {
+		t.Fatal(err)
+	}
+	out, errs, code := n.run(call+`workspace_exec '{"command": "cat kept.txt; ps | grep -q \"[s]leep 3600\" && echo alive"}'`, nil)
+	if code != 0 {
+		t.Fatalf("first call after the damage: exit %d\nstdout: %s\nstderr: %s", code, out, errs)
+	}
+	if !strings.Contains(out, "still here") || !strings.Contains(out, "alive") {
+		t.Errorf("first call after the damage lacks the file or the process:\n%s\nstderr: %s", out, errs)
+	}
+	if strings.Count(out, "NOTICE: "+rebuiltNotice) != 1 {
+		t.Errorf("first call after the damage: want the rebuild notice once:\n%s", out)
+	}
+	if after := list(); len(after) != 1 || after[0].ID != before[0].ID {
+		t.Errorf("containers of the workspace after the rebuild: %+v; want only %s", after, before[0].ID)
+	}
+	if aside, _ := filepath.Glob(db + ".corrupt-*"); len(aside) != 1 {
+		t.Errorf("state.db not moved aside: %v", aside)
+	}
+	out = n.mustRun(call + `read_files '{"paths": ["kept.txt"]}'`)
+	if !strings.Contains(out, "still here") || strings.Contains(out, "damaged") {
+		t.Errorf("second call: want the file and no notice:\n%s", out)
 	}
 }

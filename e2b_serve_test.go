@@ -4,10 +4,14 @@ package main
 
 import (
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/mark3labs/mcp-go/mcp"
+
+	"github.com/sandbox-mcp/sandbox-mcp/manage/e2b"
 )
 
 // structuredOf decodes a tool result's structuredContent into out.
@@ -90,5 +94,40 @@ func TestServeE2BOverManageServe(t *testing.T) {
 	}
 	if _, err := api.Client(t).Get(ctx, now.SandboxID); err != nil {
 		t.Fatalf("the new sandbox is not manage serve's: %v", err)
+	}
+}
+
+// TestServeE2BDamagedStateDB: a named e2b workspace's state.db damaged
+// between two `call`s, against a real `manage serve`; the next call used
+// to get a new empty sandbox (the old one left paused in E2B). Now it
+// reaches the same sandbox, with its file, and says once that the store
+// was rebuilt and the sandbox recovered.
+func TestServeE2BDamagedStateDB(t *testing.T) {
+	api := startManageServe(t, manageServeConfig{})
+	n := newNewcomer(t)
+	call := "./sandbox-mcp call " + strings.Join(api.ServeFlags(), " ") + " --workspace e2bdamaged "
+	n.mustRun(call + `put_files '{"files": [{"path": "kept.txt", "content": "still here"}]}'`)
+	before, err := api.Client(t).List(t.Context(), e2b.ListOptions{})
+	if err != nil || len(before) != 1 {
+		t.Fatalf("sandboxes before the damage: %+v, %v; want one", before, err)
+	}
+	db := filepath.Join(n.dir, "state", "state.db")
+	if err := os.Truncate(db, 8192); err != nil {
+		t.Fatal(err)
+	}
+	out, errs, code := n.run(call+`read_files '{"paths": ["kept.txt"]}'`, nil)
+	if code != 0 {
+		t.Fatalf("first call after the damage: exit %d\nstdout: %s\nstderr: %s", code, out, errs)
+	}
+	if !strings.Contains(out, "still here") || strings.Count(out, "NOTICE: "+rebuiltNotice) != 1 {
+		t.Errorf("first call after the damage: want the file and the rebuild notice once:\n%s\nstderr: %s", out, errs)
+	}
+	after, err := api.Client(t).List(t.Context(), e2b.ListOptions{})
+	if err != nil || len(after) != 1 || after[0].SandboxID != before[0].SandboxID {
+		t.Errorf("sandboxes after the rebuild: %+v, %v; want only %s", after, err, before[0].SandboxID)
+	}
+	out = n.mustRun(call + `read_files '{"paths": ["kept.txt"]}'`)
+	if !strings.Contains(out, "still here") || strings.Contains(out, "damaged") {
+		t.Errorf("second call: want the file and no notice:\n%s", out)
 	}
 }

@@ -133,6 +133,22 @@ func (p *Provider) Endpoint(ctx context.Context, id string) (manage.Endpoint, er
 // List returns the sandboxes of this provider's owner: containers with its
 // owner label that it made (their engine id is the one it recorded).
 func (p *Provider) List(ctx context.Context) ([]manage.Sandbox, error) {
+	cs, err := p.ownContainers(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]manage.Sandbox, 0, len(cs))
+	for _, c := range cs {
+		out = append(out, p.describeListed(c))
+	}
+	return out, nil
+}
+
+// ownContainers lists the containers with this provider's owner label that
+// it made: their engine id is the one recorded for their sandbox id. Others
+// (labels copied by someone else, or a container whose record is lost)
+// are left out.
+func (p *Provider) ownContainers(ctx context.Context) ([]container.Summary, error) {
 	cs, err := p.cli.ContainerList(ctx, container.ListOptions{
 		All:     true,
 		Filters: filters.NewArgs(filters.Arg("label", LabelOwner+"="+p.owner), filters.Arg("label", LabelProvider+"="+Name)),
@@ -140,28 +156,31 @@ func (p *Provider) List(ctx context.Context) ([]manage.Sandbox, error) {
 	if err != nil {
 		return nil, engineError("list sandboxes", err)
 	}
-	out := make([]manage.Sandbox, 0, len(cs))
+	out := cs[:0]
 	for _, c := range cs {
-		id := c.Labels[LabelID]
-		if !validID(id) || c.ID != p.readRecord(id, containerFile) {
-			continue
+		if id := c.Labels[LabelID]; validID(id) && c.ID == p.readRecord(id, containerFile) {
+			out = append(out, c)
 		}
-		st := &container.State{Status: c.State}
-		switch c.State {
-		case container.StateRunning:
-			st.Running = true
-		case container.StatePaused:
-			st.Running, st.Paused = true, true
-		case container.StateRestarting:
-			st.Restarting = true
-		case container.StateDead:
-			st.Dead = true
-		}
-		sb := p.describe(id, c.Labels, st)
-		if sb.State == manage.StateStopped {
-			sb.Detail = c.Status
-		}
-		out = append(out, sb)
 	}
 	return out, nil
+}
+
+// describeListed turns a container of ownContainers into a Sandbox.
+func (p *Provider) describeListed(c container.Summary) manage.Sandbox {
+	st := &container.State{Status: c.State}
+	switch c.State {
+	case container.StateRunning:
+		st.Running = true
+	case container.StatePaused:
+		st.Running, st.Paused = true, true
+	case container.StateRestarting:
+		st.Restarting = true
+	case container.StateDead:
+		st.Dead = true
+	}
+	sb := p.describe(c.Labels[LabelID], c.Labels, st)
+	if sb.State == manage.StateStopped {
+		sb.Detail = c.Status
+	}
+	return sb
 }

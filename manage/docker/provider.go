@@ -35,6 +35,18 @@
 // store record owns (left by a crash, or copied), the workspace volumes of
 // keys the store does not know and stale host directories.
 //
+// # A damaged store
+//
+// When the store replaced a damaged file (manage.DamageReporter), its
+// records are lost, so ReapUnowned spares every container the provider
+// made, every volume and every host directory; the Manager then rebuilds
+// the records through Rediscover from the labels of the containers the
+// provider made (LabelKey, LabelNamed, LabelGeneration: the engine never
+// changes a container's labels, and the engine id check says they are the
+// ones Create set). A container without LabelGeneration (made by an older
+// version), or an older sandbox of a key that has a newer one, is left in
+// place unattributed and logged.
+//
 // # Named workspaces
 //
 // A named workspace's /workspace is a docker volume named after the owner
@@ -133,8 +145,12 @@ const (
 	LabelOwner    = LabelPrefix + "owner"    // Config.Owner
 	LabelKey      = LabelPrefix + "key"      // the workspace key
 	LabelNamed    = LabelPrefix + "named"    // "true" for a named workspace
-	LabelCreated  = LabelPrefix + "created"  // RFC 3339 creation time
-	LabelEnvd     = LabelPrefix + "envd"     // the envd protocol version
+	// LabelGeneration is the workspace generation the sandbox was made
+	// as. Containers made before it existed lack it: rebuilding a damaged
+	// store leaves them unattributed.
+	LabelGeneration = LabelPrefix + "generation"
+	LabelCreated    = LabelPrefix + "created" // RFC 3339 creation time
+	LabelEnvd       = LabelPrefix + "envd"    // the envd protocol version
 	// LabelTransport is the sandbox's Transport ("socket" or "tcp").
 	LabelTransport = LabelPrefix + "transport"
 	// LabelDisk is "enforced" or "unenforced" when a disk limit was asked

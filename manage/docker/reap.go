@@ -41,12 +41,23 @@ const DefaultReapMinAge = 5 * time.Minute
 // else); workspace volumes of keys the store has no record of; and host
 // directories of sandboxes no record names. A record owns a sandbox when
 // it is the docker provider's and not gone.
+//
+// A store that replaced a damaged file (manage.DamageReporter) has lost
+// records, so it cannot judge ownership: until the Manager has rebuilt them
+// from the containers (Rediscover), every container this provider made is
+// spared, and so are all volumes and host directories; only containers it
+// did not make (whose engine id is not the recorded one) are removed.
 func (p *Provider) ReapUnowned(ctx context.Context, store manage.Store, opts ReapOptions) (ReapReport, error) {
 	minAge := opts.MinAge
 	if minAge == 0 {
 		minAge = DefaultReapMinAge
 	}
 	cutoff := time.Now().Add(-minAge)
+	dr, ok := store.(manage.DamageReporter)
+	damaged := ok && dr.Damages() > 0
+	if damaged {
+		p.log.Warn("the store file was damaged and replaced: sparing every docker sandbox, volume and directory this server made until the store is rebuilt from them")
+	}
 	recs, err := store.List(ctx)
 	if err != nil {
 		return ReapReport{}, err
@@ -69,7 +80,8 @@ func (p *Provider) ReapUnowned(ctx context.Context, store manage.Store, opts Rea
 	}
 	for _, c := range cs {
 		id := c.Labels[LabelID]
-		if owned[id] && c.ID == p.readRecord(id, containerFile) {
+		made := c.ID == p.readRecord(id, containerFile)
+		if made && (owned[id] || damaged) {
 			continue
 		}
 		if time.Unix(c.Created, 0).After(cutoff) {
@@ -85,6 +97,9 @@ func (p *Provider) ReapUnowned(ctx context.Context, store manage.Store, opts Rea
 		}
 		rep.Containers = append(rep.Containers, name)
 		p.log.Info("removed a docker container with this server's labels that no workspace owns", "container", name, "sandbox", id)
+	}
+	if damaged {
+		return rep, errors.Join(errs...)
 	}
 	vols, err := p.ownVolumes(ctx)
 	if err != nil {

@@ -28,6 +28,13 @@ import (
 func stranger(t *testing.T, cli *client.Client, p *Provider, image, name, id string) string {
 	t.Helper()
 	labels := map[string]string{LabelProvider: Name, LabelOwner: p.Owner(), LabelID: id, LabelKey: "stolen"}
+	return strangerWithLabels(t, cli, image, name, labels)
+}
+
+// strangerWithLabels starts a container of image with labels and name, as
+// anyone who can reach the engine can; it is removed when the test ends.
+func strangerWithLabels(t *testing.T, cli *client.Client, image, name string, labels map[string]string) string {
+	t.Helper()
 	resp, err := cli.ContainerCreate(t.Context(), &container.Config{Image: image, Cmd: []string{"sleep", "300"}, Labels: labels},
 		&container.HostConfig{NetworkMode: "none"}, nil, nil, name)
 	if err != nil {
