@@ -11,7 +11,7 @@ import (
 
 // rebuiltNotice is the notice a workspace's first result
 // carries after the store was rebuilt with its sandbox recovered.
-const rebuiltNotice = "The server's state file was damaged and rebuilt from the sandboxes on disk; this workspace's sandbox and its files were recovered."
+const rebuiltNotice = "The server's state file was damaged and rebuilt from the sandboxes the provider still has; this workspace's sandbox and its files were recovered."
 
 // A state.db moved aside as damaged used to make every workspace silently
 // come back empty, its old sandbox directory orphaned on disk. Now the
@@ -112,7 +112,7 @@ func TestDamagedStateDBOrphanLeftInPlace(t *testing.T) {
 	if !strings.Contains(errs, "cannot be attributed") {
 		t.Errorf("stderr does not log the orphan:\n%s", errs)
 	}
-	if !strings.Contains(out, "no sandbox of this workspace was found there") {
+	if !strings.Contains(out, "no sandbox of this workspace was found: this is a new, empty sandbox") {
 		t.Errorf("the workspace is not told its files are lost:\n%s", out)
 	}
 	// As root the workspace lives in the sandbox's disk image, unmounted

@@ -110,6 +110,16 @@ func (m *Manager) load(ws *workspace, f *flight, epoch uint64) error {
 		if named {
 			if ev, tell := m.unrecoveredEvent(ws.key); tell {
 				f.events = append(f.events, ev)
+				at := len(f.events) - 1
+				err := m.create(ws, f, epoch, 1, EventCreated, nil)
+				// A new sandbox on a workspace volume the provider kept
+				// (docker) has the workspace's files after all.
+				ws.mu.Lock()
+				if err == nil && ws.sb != nil && ws.sb.WorkspaceKept {
+					f.events[at].OnlyWorkspaceKept = true
+				}
+				ws.mu.Unlock()
+				return err
 			}
 		}
 		return m.create(ws, f, epoch, 1, EventCreated, nil)

@@ -76,10 +76,14 @@ func eventNotice(ev manage.Event) string {
 	case manage.EventUnisolated:
 		return strings.Join(ev.Warnings, " ")
 	case manage.EventStoreRebuilt:
-		if ev.FilesKept {
-			return "The server's state file was damaged and rebuilt from the sandboxes on disk; this workspace's sandbox and its files were recovered."
+		const rebuilt = "The server's state file was damaged and rebuilt from the sandboxes the provider still has"
+		switch {
+		case ev.FilesKept:
+			return rebuilt + "; this workspace's sandbox and its files were recovered."
+		case ev.OnlyWorkspaceKept:
+			return rebuilt + ", and no sandbox of this workspace was found: this is a new sandbox. " + workspaceKeptText
 		}
-		return "The server's state file was damaged and rebuilt from the sandboxes on disk, and no sandbox of this workspace was found there: this is a new, empty sandbox, and files this workspace had before, if any, are lost."
+		return rebuilt + ", and no sandbox of this workspace was found: this is a new, empty sandbox, and files this workspace had before, if any, are lost."
 	}
 	return ""
 }

@@ -13,6 +13,8 @@ import (
 	"strconv"
 	"testing"
 
+	"github.com/docker/docker/api/types/container"
+
 	"github.com/sandbox-mcp/sandbox-mcp/envd/envdclient"
 	"github.com/sandbox-mcp/sandbox-mcp/manage"
 	"github.com/sandbox-mcp/sandbox-mcp/manage/boltstore"
@@ -217,5 +219,54 @@ func TestRediscoverAttribution(t *testing.T) {
 	if len(found) != 3 || got[newer.ID].Key != "k" || got[newer.ID].Generation != 2 || got[newer.ID].Named ||
 		got[older.ID].Key != "" || got[unlabelled.ID].Key != "" || got[older.ID].Sandbox.State != manage.StateRunning {
 		t.Fatalf("Rediscover: %+v; want %s as k's generation 2, %s and %s unattributed", found, newer.ID, older.ID, unlabelled.ID)
+	}
+}
+
+// A damaged store and a named workspace whose container is gone but whose
+// volume is left: the new sandbox mounts the volume, so the rebuild event
+// says the workspace's files were kept (not that they are lost).
+func TestDamagedStoreContainerGoneVolumeKept(t *testing.T) {
+	p := newProvider(t, nil)
+	cli := dockertest.Engine(t)
+	ctx := t.Context()
+	dir := t.TempDir()
+	store := openStore(t, dir)
+	m := startManager(t, p, store)
+	const key = "stdio:volume-only"
+	l, err := m.Acquire(ctx, key, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := l.Client.Run(ctx, sh("echo in the volume > /workspace/kept.txt"), envdclient.RunOptions{})
+	if err = l.Check(ctx, err); err != nil || res.ExitCode != 0 {
+		t.Fatalf("writing the file: %+v, %v", res, err)
+	}
+	id := l.Sandbox.ID
+	l.Release()
+	if err := m.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := store.Close(); err != nil {
+		t.Fatal(err)
+	}
+	damageStoreFile(t, dir, "truncated")
+	if err := cli.ContainerRemove(ctx, containerName(id), container.RemoveOptions{Force: true}); err != nil {
+		t.Fatal(err)
+	}
+
+	store = openStore(t, dir)
+	m = startManager(t, p, store)
+	l, err = m.Acquire(ctx, key, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release()
+	i := slices.IndexFunc(l.Events, func(ev manage.Event) bool { return ev.Kind == manage.EventStoreRebuilt })
+	if i < 0 || l.Events[i].FilesKept || !l.Events[i].OnlyWorkspaceKept {
+		t.Fatalf("events of the first call: %+v; want the store rebuilt, the sandbox new, its workspace files kept", l.Events)
+	}
+	res, err = l.Client.Run(ctx, sh("cat /workspace/kept.txt"), envdclient.RunOptions{})
+	if err = l.Check(ctx, err); err != nil || stdout(res) != "in the volume\n" {
+		t.Fatalf("the file in the new sandbox: %q, %v", stdout(res), err)
 	}
 }
