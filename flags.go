@@ -122,3 +122,35 @@ func isNetworkValue(v string) bool {
 	}
 	return strings.HasPrefix(v, "allow=")
 }
+
+// diskSize is the --disk flag: a size (see parseBytes), or off for no disk
+// quota at all, held as -1.
+type diskSize int64
+
+// diskOff is the value of --disk off.
+const diskOff diskSize = -1
+
+// String is the size, or off.
+func (d *diskSize) String() string {
+	if *d == diskOff {
+		return "off"
+	}
+	return formatBytes(int64(*d))
+}
+
+// Set parses a size or off.
+func (d *diskSize) Set(v string) error {
+	if strings.TrimSpace(v) == "off" {
+		*d = diskOff
+		return nil
+	}
+	n, err := parseBytes(v)
+	if err != nil {
+		return fmt.Errorf("%w, or off", err)
+	}
+	*d = diskSize(n)
+	return nil
+}
+
+// bytes is the quota for a provider whose 0 means none: off is 0.
+func (d diskSize) bytes() int64 { return max(int64(d), 0) }

@@ -42,3 +42,17 @@ func TestEnvironmentFlags(t *testing.T) {
 		t.Fatalf("a bad environment value: exit %d %q", code, errs)
 	}
 }
+
+// --disk takes a size or off; off is no quota for every provider.
+func TestDiskSize(t *testing.T) {
+	var d diskSize
+	if err := d.Set("off"); err != nil || d != diskOff || d.String() != "off" || d.bytes() != 0 {
+		t.Errorf("--disk off: %d %q %d, %v; want -1, off, 0 bytes", d, d.String(), d.bytes(), err)
+	}
+	if err := d.Set("64MiB"); err != nil || d.bytes() != 64<<20 || d.String() != "64MiB" {
+		t.Errorf("--disk 64MiB: %d %q, %v", d, d.String(), err)
+	}
+	if err := d.Set("-1"); err == nil {
+		t.Error("--disk -1 accepted; want an error")
+	}
+}

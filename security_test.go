@@ -782,3 +782,30 @@ func TestArtifactsPrivateToTheServerUser(t *testing.T) {
 		}
 	}
 }
+
+// --disk off: a root server's bwrap sandbox gets no disk image (its
+// workspace is on the host's filesystem) and workspace_info says its disk
+// use is not bounded.
+func TestDiskOff(t *testing.T) {
+	testenv.RequireRoot(t)
+	n := newNewcomer(t)
+	info := bwrapCall(t, n, "off", "--disk off", "workspace_info", map[string]any{})
+	warnings, _ := info["warnings"].([]any)
+	said := false
+	for _, w := range warnings {
+		s, _ := w.(string)
+		said = said || strings.Contains(s, "Disk use is NOT bounded")
+	}
+	if !said {
+		t.Errorf("workspace_info warnings %v; want one saying disk use is not bounded", warnings)
+	}
+	if out, errs := bwrapExec(t, n, "off", "--disk off", "dd if=/dev/zero of=f bs=1M count=8 2>/dev/null && echo written"); strings.TrimSpace(out) != "written" {
+		t.Errorf("a write with --disk off: %q %q", out, errs)
+	}
+	if images, _ := filepath.Glob(filepath.Join(n.dir, "state", "sandboxes", "*", "disk.img")); len(images) != 0 {
+		t.Errorf("disk images with --disk off: %v", images)
+	}
+	if _, err := os.Stat(filepath.Join(n.dir, "state", "disk-templates")); !os.IsNotExist(err) {
+		t.Errorf("disk templates with --disk off: %v", err)
+	}
+}

@@ -72,7 +72,7 @@ type serveOptions struct {
 	dockerImage              string
 	dockerHost               string
 	dockerTransport          string
-	disk                     byteSize
+	disk                     diskSize
 	sandboxIDs               string
 	e2b                      e2bOptions
 }
@@ -112,7 +112,7 @@ func (o *serveOptions) registerSandboxFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.resultFormat, "result-format", string(tools.ResultText), "text content of tool results: text (written for the model) or json (the output's JSON, for clients that parse the text)")
 	fs.StringVar(&o.dockerHost, "docker-host", "", "docker: the engine's address (default: $DOCKER_HOST, else the platform's usual socket: "+strings.Join(docker.CandidateHosts(runtime.GOOS, "~"), ", ")+")")
 	fs.StringVar(&o.dockerTransport, "docker-transport", "auto", "docker: how the server reaches envd in a container: socket (a unix socket; Linux), tcp (a port on 127.0.0.1 with a per-container token; what Docker Desktop needs), or auto (socket on Linux, tcp elsewhere)")
-	fs.Var(&o.disk, "disk", "disk limit per sandbox. local (root server, bwrap): a loop-mounted ext4 image holding the workspace, /tmp and run logs (0: 10GiB). docker: where the engine's storage driver can enforce one (overlay2 on xfs with pquota, btrfs, zfs), else the sandbox says it is not enforced (0: none)")
+	fs.Var(&o.disk, "disk", "disk limit per sandbox, or off for none (workspaces then on the host's filesystem, bounded only by it). local (root server, bwrap): a loop-mounted ext4 image holding the workspace, /tmp and run logs (0: 10GiB). docker: where the engine's storage driver can enforce one (overlay2 on xfs with pquota, btrfs, zfs), else the sandbox says it is not enforced (0: none)")
 	o.e2b.register(fs)
 }
 
@@ -330,7 +330,7 @@ func (o *serveOptions) newProvider(ctx context.Context, log *slog.Logger) (sandb
 		return nil, err
 	}
 	p, err := docker.New(ctx, docker.Config{
-		StateDir: o.stateDir, Image: o.dockerImage, Host: o.dockerHost, Transport: transport, DiskBytes: int64(o.disk), Logger: log,
+		StateDir: o.stateDir, Image: o.dockerImage, Host: o.dockerHost, Transport: transport, DiskBytes: o.disk.bytes(), Logger: log,
 	})
 	if err != nil {
 		return nil, err

@@ -5,11 +5,14 @@ package local
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -24,8 +27,8 @@ const DefaultDisk = 10 << 30
 
 // A bwrap sandbox of a root server keeps its workspace, /tmp and run
 // directory (and with them its run logs) on a filesystem of its own: an ext4
-// image, disk.img in its directory, sized Config.Disk, loop-mounted at
-// volume/. The kernel enforces the quota: a write past it fails with ENOSPC
+// image, disk.img in its directory, sized Config.Disk, copied from a
+// template (disktemplate.go) and loop-mounted at volume/. The kernel enforces the quota: a write past it fails with ENOSPC
 // inside the sandbox, and the host's filesystem holds only what the image
 // holds. workspace, tmp and run in the sandbox directory are then symlinks
 // the server made into volume/ (the directory is the server's, so the
@@ -47,21 +50,25 @@ var sandboxSubdirs = []string{"workspace", "tmp", "run"}
 
 // diskQuota makes and mounts sandbox disk images.
 type diskQuota struct {
-	size  int64
-	mkfs  string // mkfs.ext4
-	mount string // mount(8), which sets up the loop device (autoclear)
+	size      int64
+	mkfs      string // mkfs.ext4, for templates (disktemplate.go)
+	mount     string // mount(8), where the kernel has no LOOP_CONFIGURE
+	templates string // StateDir/disk-templates
+
+	mu   sync.Mutex
+	tmpl diskTemplate // the template last used; zero: none yet
 }
 
 // newDiskQuota finds the tools a quota needs; nil with the reason when it
-// cannot be had here.
-func newDiskQuota(size int64) (*diskQuota, string) {
+// cannot be had here. Its templates live in stateDir.
+func newDiskQuota(size int64, stateDir string) (*diskQuota, string) {
 	if os.Geteuid() != 0 {
 		return nil, "a loop-mounted image needs a root server"
 	}
 	if _, err := os.Stat("/dev/loop-control"); err != nil {
 		return nil, "no loop devices (/dev/loop-control)"
 	}
-	q := &diskQuota{size: size}
+	q := &diskQuota{size: size, templates: filepath.Join(stateDir, templatesDir)}
 	var err error
 	if q.mkfs, err = lookSbin("mkfs.ext4"); err != nil {
 		return nil, "mkfs.ext4 not found (install e2fsprogs)"
@@ -88,28 +95,40 @@ func lookSbin(name string) (string, error) {
 
 // create makes sandbox directory dir's image and mounts it.
 func (q *diskQuota) create(ctx context.Context, dir string) error {
-	img := filepath.Join(dir, diskImageFile)
-	f, err := os.OpenFile(img, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
-	if err != nil {
-		return fmt.Errorf("disk image: %w", err)
-	}
-	err = f.Truncate(q.size)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return fmt.Errorf("disk image: %w", err)
-	}
-	// No reserved blocks (the sandbox gets the whole size), inode tables
-	// and journal initialised lazily (so mkfs writes a few MiB, not
-	// hundreds), no discard pass over a sparse file.
-	if err := run(ctx, q.mkfs, "-q", "-F", "-m", "0", "-E", "lazy_itable_init=1,lazy_journal_init=1,nodiscard", img); err != nil {
+	if err := q.makeImage(ctx, filepath.Join(dir, diskImageFile)); err != nil {
 		return fmt.Errorf("disk image: %w", err)
 	}
 	if err := os.Mkdir(filepath.Join(dir, volumeDir), 0o711); err != nil {
 		return fmt.Errorf("disk image: %w", err)
 	}
 	return q.mountVolume(ctx, dir)
+}
+
+// makeImage makes image img, a copy of the template. A template found
+// damaged or missing is made again, once.
+func (q *diskQuota) makeImage(ctx context.Context, img string) error {
+	for attempt := 0; ; attempt++ {
+		t, err := q.template(ctx)
+		if err != nil {
+			return err
+		}
+		err = q.copyTemplate(t, img)
+		if err == nil {
+			return nil
+		}
+		// Missing: the template, not img's directory.
+		unusable := errors.Is(err, errTemplateDamaged) || errors.Is(err, fs.ErrNotExist) && !exists(img)
+		if attempt > 0 || !unusable {
+			return err
+		}
+		q.dropTemplate(t)
+	}
+}
+
+// exists reports whether path exists.
+func exists(path string) bool {
+	_, err := os.Lstat(path)
+	return err == nil
 }
 
 // mountVolume mounts dir's image at volume/ unless it is mounted already
@@ -121,7 +140,12 @@ func (q *diskQuota) mountVolume(ctx context.Context, dir string) error {
 		return nil
 	}
 	// discard: space freed inside goes back to the host.
-	if err := run(ctx, q.mount, "-t", "ext4", "-o", "loop,nosuid,nodev,noatime,discard", filepath.Join(dir, diskImageFile), vol); err != nil {
+	img := filepath.Join(dir, diskImageFile)
+	err := loopMount(img, vol, unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOATIME, "discard")
+	if errors.Is(err, errNoLoopConfigure) {
+		err = run(ctx, q.mount, "-t", "ext4", "-o", "loop,nosuid,nodev,noatime,discard", img, vol)
+	}
+	if err != nil {
 		return fmt.Errorf("mount the disk image: %w", err)
 	}
 	// The filesystem's root: the server's, searchable only.

@@ -360,7 +360,7 @@ func New(ctx context.Context, cfg Config) (*Provider, error) {
 			if size == 0 {
 				size = DefaultDisk
 			}
-			p.disk, p.diskWhy = newDiskQuota(size)
+			p.disk, p.diskWhy = newDiskQuota(size, p.stateDir)
 			if p.disk == nil {
 				log.Warn("sandboxes get no disk quota: their disk use is bounded only by the host filesystem", "reason", p.diskWhy)
 			}
