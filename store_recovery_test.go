@@ -72,6 +72,9 @@ func TestDamagedStateDBIsRebuilt(t *testing.T) {
 			if aside, _ := filepath.Glob(db + ".corrupt-*"); len(aside) != 1 {
 				t.Errorf("state.db not moved aside: %v", aside)
 			}
+			if _, err := os.Stat(db + ".rebuild-pending"); !os.IsNotExist(err) {
+				t.Errorf("after the rebuild, its pending mark: %v; want it removed", err)
+			}
 			out = n.mustRun(`./sandbox-mcp call --workspace keep read_files '{"paths": ["kept.txt"]}'`)
 			if !strings.Contains(out, "still here") || strings.Contains(out, "damaged") {
 				t.Errorf("second call: want the file and no notice:\n%s", out)

@@ -16,6 +16,16 @@ type DamageReporter interface {
 	Damages() uint64
 }
 
+// RebuildMarker is implemented by damage-reporting stores that keep a
+// replaced file's damage known across restarts until the records are
+// rebuilt (boltstore): a server that dies mid-rebuild leaves the next one
+// to rebuild again, and meanwhile its reapers do not take an empty store
+// for the truth. The Manager calls MarkRebuilt once a rebuild recorded
+// every workspace it could attribute.
+type RebuildMarker interface {
+	MarkRebuilt() error
+}
+
 // Rediscoverer is implemented by providers that can tell, for each of their
 // sandboxes, the workspace it was made for (the local provider keeps that in
 // each sandbox's directory).
@@ -63,6 +73,7 @@ func (m *Manager) recoverStore() {
 	m.storeDamaged.Store(true)
 	if !ok {
 		m.log.Error("the store file was damaged and replaced; this provider cannot tell which workspace each sandbox belongs to, so recorded workspaces are forgotten (their sandboxes are untouched)", "provider", m.opts.Provider.Name())
+		m.markRebuilt() // nothing more can be rebuilt later either
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), m.opts.CreateTimeout)
@@ -76,7 +87,7 @@ func (m *Manager) recoverStore() {
 	// never finished) are orphans.
 	slices.SortFunc(found, func(a, b Rediscovered) int { return b.Sandbox.CreatedAt.Compare(a.Sandbox.CreatedAt) })
 	done := map[string]bool{}
-	recovered := 0
+	recovered, failed := 0, 0
 	for _, r := range found {
 		switch {
 		case r.Key == "" || done[r.Key] && r.Sandbox.State != StateGone:
@@ -107,11 +118,24 @@ func (m *Manager) recoverStore() {
 		}
 		if err := m.store.Put(ctx, rec); err != nil {
 			m.log.Error("could not record a recovered workspace in the rebuilt store", "key", r.Key, "sandbox", r.Sandbox.ID, "err", err)
+			failed++
 			continue
 		}
 		recovered++
 	}
-	m.log.Warn("rebuilt the damaged store from the sandboxes on disk", "recovered_workspaces", recovered, "sandboxes_found", len(found))
+	m.log.Warn("rebuilt the damaged store from the provider's sandboxes", "recovered_workspaces", recovered, "sandboxes_found", len(found), "failed", failed)
+	if failed == 0 {
+		m.markRebuilt()
+	}
+}
+
+// markRebuilt tells a RebuildMarker store that its rebuild is done.
+func (m *Manager) markRebuilt() {
+	if rm, ok := m.store.(RebuildMarker); ok {
+		if err := rm.MarkRebuilt(); err != nil {
+			m.log.Warn("could not record that the store was rebuilt; the next start rebuilds it again", "err", err)
+		}
+	}
 }
 
 // unrecoveredEvent returns, once per workspace, the event that tells a

@@ -31,6 +31,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/debug"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -39,6 +40,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 	berrors "go.etcd.io/bbolt/errors"
 
+	"github.com/sandbox-mcp/sandbox-mcp/internal/atomicfile"
 	"github.com/sandbox-mcp/sandbox-mcp/manage"
 	"github.com/sandbox-mcp/sandbox-mcp/manage/filelock"
 )
@@ -101,6 +103,12 @@ func Open(dir string, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("state directory %s: %w", dir, err)
 	}
 	s := &Store{path: filepath.Join(dir, FileName), lockDir: lockDir, timeout: opts.LockTimeout, log: opts.Logger}
+	if aside, err := os.ReadFile(s.pendingPath()); err == nil {
+		// An earlier server replaced a damaged file and ended before its
+		// rebuild was done: the damage still counts.
+		s.damages.Store(1)
+		s.log.Warn("the store file was replaced after damage and its rebuild never finished; rebuilding it again", "file", s.path, "damaged_file", strings.TrimSpace(string(aside)))
+	}
 	// Validate (and create) the file now, so faults show at startup.
 	if err := s.update(func(tx *bolt.Tx) error {
 		_, err := tx.CreateBucketIfNotExists(bucket)
@@ -114,8 +122,28 @@ func Open(dir string, opts Options) (*Store, error) {
 var _ manage.DamageReporter = (*Store)(nil)
 
 // Damages implements manage.DamageReporter: the damaged files this Store
-// moved aside and replaced with an empty one.
+// moved aside and replaced with an empty one, counting one an earlier
+// Store replaced whose rebuild was never marked done.
 func (s *Store) Damages() uint64 { return s.damages.Load() }
+
+var _ manage.RebuildMarker = (*Store)(nil)
+
+// MarkRebuilt implements manage.RebuildMarker: the records lost with the
+// damaged files are rebuilt, so a later Open does not count the damage
+// again. No-op when nothing is pending.
+func (s *Store) MarkRebuilt() error {
+	if err := os.Remove(s.pendingPath()); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("store file %s: %w", s.path, err)
+	}
+	return nil
+}
+
+// pendingPath is the file that, while it exists, says the store file was
+// replaced after damage and its records are not rebuilt yet: it outlives a
+// server that dies between the two, so the next one rebuilds (and its
+// reapers spare unrecorded sandboxes) rather than trusting an empty store.
+// It holds the damaged file's new name.
+func (s *Store) pendingPath() string { return s.path + ".rebuild-pending" }
 
 // Path returns the database file's path.
 func (s *Store) Path() string { return s.path }
@@ -133,6 +161,11 @@ func (s *Store) open(readOnly bool) (*bolt.DB, error) {
 		return db, err
 	}
 	aside := fmt.Sprintf("%s.corrupt-%s", s.path, time.Now().UTC().Format("20060102T150405Z"))
+	// The mark first: a crash between the two leaves it with the damaged
+	// file still in place, which the next open moves aside again.
+	if werr := atomicfile.Write(s.pendingPath(), []byte(aside+"\n"), 0o600); werr != nil {
+		return nil, fmt.Errorf("store file %s is corrupt (%v) and the rebuild could not be recorded: %w", s.path, err, werr)
+	}
 	if rerr := os.Rename(s.path, aside); rerr != nil {
 		return nil, fmt.Errorf("store file %s is corrupt (%v) and could not be moved aside: %w", s.path, err, rerr)
 	}

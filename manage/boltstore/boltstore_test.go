@@ -3,6 +3,7 @@ package boltstore
 import (
 	"bytes"
 	"context"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -56,6 +57,53 @@ func TestCorruptFileMovedAside(t *testing.T) {
 	}
 	if !strings.Contains(logs.String(), "corrupt") {
 		t.Fatalf("recovery not logged: %s", logs.String())
+	}
+}
+
+// A server that replaced a damaged file and died before its rebuild was
+// done leaves the damage pending: the next Open still reports it (so the
+// next server rebuilds, and its reapers do not trust the empty store),
+// until MarkRebuilt.
+func TestDamagePendingUntilRebuilt(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, FileName), bytes.Repeat([]byte("not a bolt file "), 512), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	s, err := Open(dir, Options{Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Damages() != 1 {
+		t.Fatalf("Damages after opening a damaged file = %d; want 1", s.Damages())
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// The server died here, before its rebuild.
+	s, err = Open(dir, Options{Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Damages() != 1 {
+		t.Fatalf("Damages at the next open, rebuild never done = %d; want 1", s.Damages())
+	}
+	if err := s.MarkRebuilt(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.MarkRebuilt(); err != nil { // no-op
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s, err = Open(dir, Options{Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if s.Damages() != 0 {
+		t.Fatalf("Damages after the rebuild was marked done = %d; want 0", s.Damages())
 	}
 }
 
