@@ -110,3 +110,23 @@ func TestSandboxesPerOwnerFreedByEndSession(t *testing.T) {
 	}
 	acquire(t, m, "alice/two").Release()
 }
+
+// The limit holds over two servers sharing one store: one MemoryStore (two
+// Managers in one process), and two bolt stores on one state directory (two
+// processes on one machine, which the file lock serialises).
+func TestSandboxesPerOwnerAcrossServers(t *testing.T) {
+	t.Run("memory", func(t *testing.T) {
+		managetest.SandboxLimitAcrossServers(t, func(t *testing.T, p manage.Provider, mod func(*manage.Options)) (a, b *manage.Manager) {
+			return twoServers(t, p, manage.NewMemoryStore(), mod)
+		})
+	})
+	t.Run("bolt", func(t *testing.T) {
+		managetest.SandboxLimitAcrossServers(t, func(t *testing.T, p manage.Provider, mod func(*manage.Options)) (a, b *manage.Manager) {
+			dir := t.TempDir()
+			storeA, storeB := openBolt(t, dir), openBolt(t, dir)
+			a = newManager(t, p, func(o *manage.Options) { o.Store = storeA; mod(o) })
+			b = newManager(t, p, func(o *manage.Options) { o.Store = storeB; mod(o) })
+			return a, b
+		})
+	})
+}
