@@ -9,6 +9,12 @@
 // directory (Claude Desktop and an IDE, say) then take turns instead of the
 // second one failing to start.
 //
+// Sandbox slots (manage.Store.ReserveSlot) are reserved in a second bucket
+// by the same write transaction that counts the owner's records, which the
+// file lock makes exclusive across processes: servers sharing the file
+// never let an owner past its limit together. A reservation a process left
+// when it died lapses at its expiry.
+//
 // Faults: a file still locked by another process after the lock timeout is a
 // clear error naming the file; a corrupt file (empty ones included: a new
 // file is made whole under a temporary name and linked into place, so it is

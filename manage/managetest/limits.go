@@ -15,16 +15,6 @@ import (
 	"github.com/sandbox-mcp/sandbox-mcp/manage"
 )
 
-// OwnerBeforeSlash takes a key's owner from "OWNER/NAME" ("" without a
-// slash), as Options.OwnerOf for tests of the limit of sandboxes.
-func OwnerBeforeSlash(key string) string {
-	owner, _, ok := strings.Cut(key, "/")
-	if !ok {
-		return ""
-	}
-	return owner
-}
-
 // ownerCounter is a Provider that counts each owner's live sandboxes and
 // the most it ever had at once, to show a limit held at every moment, not
 // only at the end.

@@ -183,8 +183,9 @@ func lockContract(t *testing.T, s, other manage.Store) {
 	}
 }
 
-// slotOwner takes a key's owner from "OWNER/NAME" ("" without a slash).
-func slotOwner(key string) string {
+// OwnerBeforeSlash takes a key's owner from "OWNER/NAME" ("" without a
+// slash), as Options.OwnerOf for tests of the limit of sandboxes.
+func OwnerBeforeSlash(key string) string {
 	owner, _, ok := strings.Cut(key, "/")
 	if !ok {
 		return ""
@@ -193,9 +194,9 @@ func slotOwner(key string) string {
 }
 
 // slotRequest asks for a slot of key under a limit of max, its owner taken
-// by slotOwner.
+// by OwnerBeforeSlash.
 func slotRequest(key string, max int) manage.SlotRequest {
-	return manage.SlotRequest{Key: key, Owner: slotOwner(key), Max: max, OwnerOf: slotOwner, Expiry: time.Minute}
+	return manage.SlotRequest{Key: key, Owner: OwnerBeforeSlash(key), Max: max, OwnerOf: OwnerBeforeSlash, Expiry: time.Minute}
 }
 
 // reserveWant reserves key's slot in st and fails t unless the outcome is
@@ -215,8 +216,8 @@ func reserveWant(t *testing.T, st manage.Store, key string, max int, admitted bo
 		t.Fatalf("ReserveSlot(%s) admitted; want a LimitError", key)
 	case !errors.As(err, &le):
 		t.Fatalf("ReserveSlot(%s) = %v; want a LimitError", key, err)
-	case le.Owner != slotOwner(key) || le.Max != max || le.Held != held:
-		t.Fatalf("ReserveSlot(%s) = %+v; want owner %s, max %d, held %d", key, le, slotOwner(key), max, held)
+	case le.Owner != OwnerBeforeSlash(key) || le.Max != max || le.Held != held:
+		t.Fatalf("ReserveSlot(%s) = %+v; want owner %s, max %d, held %d", key, le, OwnerBeforeSlash(key), max, held)
 	}
 	return nil
 }
