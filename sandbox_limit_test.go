@@ -90,3 +90,43 @@ func TestMaxSandboxesPerPrincipalAcrossReplicas(t *testing.T) {
 		t.Fatalf("%d of %d new workspaces over two replicas got a sandbox, %d made, under a limit of 2: %q", ok, len(names), made, results)
 	}
 }
+
+// Two servers on one state directory (two processes sharing state.db)
+// count a principal's sandboxes together: six new workspaces' first calls
+// spread over both at once, under a limit of 2, make exactly 2 sandboxes.
+func TestMaxSandboxesPerPrincipalAcrossProcesses(t *testing.T) {
+	n := newNewcomer(t)
+	tokens := filepath.Join(n.dir, "tokens.txt")
+	if err := os.WriteFile(tokens, []byte("alicetoken alice\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	servers := []*httpServer{
+		startHTTPServe(t, n, "--auth-tokens-file", tokens, "--max-sandboxes-per-principal", "2"),
+		startHTTPServe(t, n, "--auth-tokens-file", tokens, "--max-sandboxes-per-principal", "2"),
+	}
+	names := []string{"w1", "w2", "w3", "w4", "w5", "w6"}
+	results := make([]string, len(names))
+	failed := make([]bool, len(names))
+	var wg sync.WaitGroup
+	for i, name := range names {
+		c := connectHTTP(t, servers[i%2], "alicetoken", map[string]string{"Sandbox-Workspace": name})
+		wg.Go(func() {
+			res := callTool(t, t.Context(), c, "workspace_exec", map[string]any{"command": "echo ok"})
+			results[i], failed[i] = textOf(res), res.IsError
+		})
+	}
+	wg.Wait()
+	ok := 0
+	for i, name := range names {
+		switch {
+		case !failed[i]:
+			ok++
+		case !strings.Contains(results[i], "--max-sandboxes-per-principal 2"):
+			t.Errorf("%s: error result %q; want the limit", name, results[i])
+		}
+	}
+	dirs, _ := filepath.Glob(filepath.Join(n.dir, "state", "sandboxes", "l*"))
+	if ok != 2 || len(dirs) != 2 {
+		t.Fatalf("%d of %d new workspaces over two servers on one state directory got a sandbox, %d sandbox directories, under a limit of 2: %q", ok, len(names), len(dirs), results)
+	}
+}
