@@ -52,7 +52,8 @@ type Options struct {
 	// CreateTimeout bounds Create. Default DefaultCreateTimeout.
 	CreateTimeout time.Duration
 	// MaxSandboxesPerOwner bounds the workspaces with a sandbox (running,
-	// paused or stopped) that one owner holds; creating one more is a
+	// paused or stopped) that one owner holds, counted by the Store over
+	// every server sharing it (Store.ReserveSlot); creating one more is a
 	// *LimitError. 0 means no limit. Owners come from OwnerOf.
 	MaxSandboxesPerOwner int
 	// OwnerOf names the owner of a workspace key (an HTTP principal), ""

@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
+	"time"
 
 	"connectrpc.com/connect"
 )
@@ -15,27 +15,34 @@ const DefaultMaxSandboxesPerOwner = 4
 
 // slots bounds the sandboxes one owner (an HTTP principal) holds, so one
 // tenant cannot fill the host with sandboxes. A workspace holds a slot from
-// the moment its creation is admitted: the count is the owner's workspaces
-// the store records with a sandbox (running, paused or stopped), together
-// with the creations admitted in this process that have not yet recorded
-// theirs. Admissions are serialised, so concurrent first calls never let
-// one more through.
+// the moment its creation is admitted: the store counts the owner's
+// workspaces it records with a sandbox (running, paused or stopped),
+// together with the creations admitted and not yet ended, by this server or
+// any other sharing the store (Store.ReserveSlot). The store admits
+// atomically, so concurrent first calls, on one replica or several, never
+// let one more through.
 type slots struct {
-	mu       sync.Mutex
-	pending  map[string]map[string]int // owner → key → creations admitted, not yet done
 	max      int
 	owner    func(key string) string
 	disabled bool
 }
 
 func newSlots(max int, owner func(string) string) *slots {
-	return &slots{pending: map[string]map[string]int{}, max: max, owner: owner, disabled: max <= 0 || owner == nil}
+	return &slots{max: max, owner: owner, disabled: max <= 0 || owner == nil}
+}
+
+// reservationExpiry is how long a slot reserved for a creation lasts when
+// its server dies before releasing it: the creation's own bound
+// (CreateTimeout) and the calls that record its sandbox (CallTimeout), with
+// as much again to spare. Default 3 minutes.
+func (m *Manager) reservationExpiry() time.Duration {
+	return m.opts.CreateTimeout + 2*m.opts.CallTimeout
 }
 
 // admit takes a slot for a creation of key's sandbox, or returns the error
 // the model reads when its owner already holds max other workspaces'
 // sandboxes. A key that holds a slot already (a reset, a replacement)
-// is always admitted. done gives the pending claim back once the creation
+// is always admitted. done gives the reservation back once the creation
 // ended (its record, when it succeeded, then holds the slot).
 func (s *slots) admit(ctx context.Context, m *Manager, key string) (done func(), err error) {
 	if s.disabled {
@@ -46,41 +53,14 @@ func (s *slots) admit(ctx context.Context, m *Manager, key string) (done func(),
 		return func() {}, nil
 	}
 	m.recoverStore() // count the records a damaged store file lost
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	recs, err := m.store.List(ctx)
+	done, err = m.store.ReserveSlot(ctx, SlotRequest{Key: key, Owner: owner, Max: s.max, OwnerOf: s.owner, Expiry: m.reservationExpiry()})
 	if err != nil {
+		if IsLimit(err) {
+			return nil, err
+		}
 		return nil, fmt.Errorf("workspace %q: counting its owner's sandboxes: %w", key, err)
 	}
-	held := map[string]bool{}
-	for _, rec := range recs {
-		if rec.SandboxID != "" && rec.State != StateGone && s.owner(rec.Key) == owner {
-			held[rec.Key] = true
-		}
-	}
-	for k := range s.pending[owner] {
-		held[k] = true
-	}
-	if !held[key] && len(held) >= s.max {
-		return nil, &LimitError{Owner: owner, Max: s.max, Held: len(held)}
-	}
-	if s.pending[owner] == nil {
-		s.pending[owner] = map[string]int{}
-	}
-	s.pending[owner][key]++
-	var once sync.Once
-	return func() {
-		once.Do(func() {
-			s.mu.Lock()
-			defer s.mu.Unlock()
-			if s.pending[owner][key]--; s.pending[owner][key] == 0 {
-				delete(s.pending[owner], key)
-			}
-			if len(s.pending[owner]) == 0 {
-				delete(s.pending, owner)
-			}
-		})
-	}, nil
+	return done, nil
 }
 
 // LimitError reports that a new workspace's sandbox was not created because

@@ -14,15 +14,6 @@ import (
 	"github.com/sandbox-mcp/sandbox-mcp/manage/managetest"
 )
 
-// ownerBeforeSlash takes a key's owner from "OWNER/NAME" ("" without a slash).
-func ownerBeforeSlash(key string) string {
-	owner, _, ok := strings.Cut(key, "/")
-	if !ok {
-		return ""
-	}
-	return owner
-}
-
 // TestSandboxesPerOwnerHoldAcrossConcurrentFirstCalls starts twelve first
 // calls of one owner at once, each for its own workspace, under a limit of
 // four: exactly four get a sandbox, the others a LimitError, and no more
@@ -32,7 +23,7 @@ func TestSandboxesPerOwnerHoldAcrossConcurrentFirstCalls(t *testing.T) {
 	p := managetest.New(t)
 	m := newManager(t, p, func(o *manage.Options) {
 		o.MaxSandboxesPerOwner = 4
-		o.OwnerOf = ownerBeforeSlash
+		o.OwnerOf = managetest.OwnerBeforeSlash
 	})
 	const calls = 12
 	var wg sync.WaitGroup
@@ -95,7 +86,7 @@ func TestSandboxesPerOwnerFreedByEndSession(t *testing.T) {
 	p := managetest.New(t)
 	m := newManager(t, p, func(o *manage.Options) {
 		o.MaxSandboxesPerOwner = 1
-		o.OwnerOf = ownerBeforeSlash
+		o.OwnerOf = managetest.OwnerBeforeSlash
 	})
 	l, err := m.Acquire(t.Context(), "alice/one", false)
 	if err != nil {
@@ -109,4 +100,24 @@ func TestSandboxesPerOwnerFreedByEndSession(t *testing.T) {
 		t.Fatal(err)
 	}
 	acquire(t, m, "alice/two").Release()
+}
+
+// The limit holds over two servers sharing one store: one MemoryStore (two
+// Managers in one process), and two bolt stores on one state directory (two
+// processes on one machine, which the file lock serialises).
+func TestSandboxesPerOwnerAcrossServers(t *testing.T) {
+	t.Run("memory", func(t *testing.T) {
+		managetest.SandboxLimitAcrossServers(t, func(t *testing.T, p manage.Provider, mod func(*manage.Options)) (a, b *manage.Manager) {
+			return twoServers(t, p, manage.NewMemoryStore(), mod)
+		})
+	})
+	t.Run("bolt", func(t *testing.T) {
+		managetest.SandboxLimitAcrossServers(t, func(t *testing.T, p manage.Provider, mod func(*manage.Options)) (a, b *manage.Manager) {
+			dir := t.TempDir()
+			storeA, storeB := openBolt(t, dir), openBolt(t, dir)
+			a = newManager(t, p, func(o *manage.Options) { o.Store = storeA; mod(o) })
+			b = newManager(t, p, func(o *manage.Options) { o.Store = storeB; mod(o) })
+			return a, b
+		})
+	})
 }

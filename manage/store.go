@@ -2,6 +2,8 @@ package manage
 
 import (
 	"context"
+	crand "crypto/rand"
+	"encoding/hex"
 	"errors"
 	"maps"
 	"slices"
@@ -73,8 +75,80 @@ type Store interface {
 	// ErrLockLost. The Manager creates under held and records nothing it
 	// made under a lost lock. unlock may be called more than once.
 	Lock(ctx context.Context, key string) (held context.Context, unlock func(), err error)
+	// ReserveSlot admits the creation of req.Key's sandbox when req.Owner
+	// holds fewer than req.Max sandboxes, atomically against every server
+	// sharing the store, so that replicas together never let an owner past
+	// its limit. An owner holds the workspaces whose records hold a slot
+	// (Record.HoldsSlot) and those with a reservation not yet released or
+	// lapsed; a key it holds already (a reset, a replacement) is always
+	// admitted. A full owner gets a *LimitError. release gives the
+	// reservation back once the creation ended: the record written, when it
+	// succeeded, holds the slot from then on, and one whose sandbox is gone
+	// (killed, reaped, deleted) frees it. A reservation never released (its
+	// server died) lapses after req.Expiry. release may be called more
+	// than once.
+	ReserveSlot(ctx context.Context, req SlotRequest) (release func(), err error)
 	// Close releases the store.
 	Close() error
+}
+
+// HoldsSlot reports whether rec counts against its owner's limit of
+// sandboxes: it records a sandbox (running, paused or stopped) that is not
+// gone.
+func (r Record) HoldsSlot() bool { return r.SandboxID != "" && r.State != StateGone }
+
+// SlotRequest asks Store.ReserveSlot for a sandbox slot.
+type SlotRequest struct {
+	// Key is the workspace about to get a sandbox.
+	Key string
+	// Owner is Key's owner (an HTTP principal).
+	Owner string
+	// Max is the most sandboxes Owner may hold.
+	Max int
+	// OwnerOf tells the owner of any workspace key, to count Owner's
+	// records.
+	OwnerOf func(key string) string
+	// Expiry is how long the reservation lasts when it is never released.
+	Expiry time.Duration
+}
+
+// SlotReservation is a slot reserved for a creation that has not ended, as
+// a Store keeps it.
+type SlotReservation struct {
+	// Key and Owner are the request's.
+	Key   string `json:"key"`
+	Owner string `json:"owner"`
+	// Token tells this reservation from a later one of the same key, so a
+	// release never gives back another's.
+	Token string `json:"token"`
+	// Expires is when the reservation lapses unless released before.
+	Expires time.Time `json:"expires"`
+}
+
+// CountSlots counts the slots req.Owner holds, for a Store that reads all
+// its records and reservations in one transaction: the keys of its records
+// that hold a slot and of its reservations that have not lapsed by now.
+// mine tells whether req.Key is among them.
+func CountSlots(req SlotRequest, recs []Record, reserved []SlotReservation, now time.Time) (held int, mine bool) {
+	keys := map[string]bool{}
+	for _, rec := range recs {
+		if rec.HoldsSlot() && req.OwnerOf(rec.Key) == req.Owner {
+			keys[rec.Key] = true
+		}
+	}
+	for _, r := range reserved {
+		if r.Owner == req.Owner && now.Before(r.Expires) {
+			keys[r.Key] = true
+		}
+	}
+	return len(keys), keys[req.Key]
+}
+
+// NewSlotToken returns a random SlotReservation.Token.
+func NewSlotToken() string {
+	var b [12]byte
+	_, _ = crand.Read(b[:])
+	return hex.EncodeToString(b[:])
 }
 
 // ErrLockLost is the cause of a held lock's context when the store lost the
@@ -96,14 +170,15 @@ func NewHeldContext() (held context.Context, release func()) {
 // MemoryStore is a Store that lives in memory only: workspaces are not
 // remembered across restarts. It is safe for concurrent use.
 type MemoryStore struct {
-	mu    sync.Mutex
-	recs  map[string]Record
-	locks map[string]chan struct{}
+	mu       sync.Mutex
+	recs     map[string]Record
+	locks    map[string]chan struct{}
+	reserved map[string]SlotReservation // by key
 }
 
 // NewMemoryStore returns an empty MemoryStore.
 func NewMemoryStore() *MemoryStore {
-	return &MemoryStore{recs: map[string]Record{}, locks: map[string]chan struct{}{}}
+	return &MemoryStore{recs: map[string]Record{}, locks: map[string]chan struct{}{}, reserved: map[string]SlotReservation{}}
 }
 
 // Get implements Store.
@@ -167,6 +242,34 @@ func (s *MemoryStore) Lock(ctx context.Context, key string) (context.Context, fu
 			return nil, nil, ctx.Err()
 		}
 	}
+}
+
+// ReserveSlot implements Store.
+func (s *MemoryStore) ReserveSlot(_ context.Context, req SlotRequest) (func(), error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := time.Now()
+	for k, r := range s.reserved {
+		if !now.Before(r.Expires) {
+			delete(s.reserved, k)
+		}
+	}
+	held, mine := CountSlots(req, slices.Collect(maps.Values(s.recs)), slices.Collect(maps.Values(s.reserved)), now)
+	if !mine && held >= req.Max {
+		return nil, &LimitError{Owner: req.Owner, Max: req.Max, Held: held}
+	}
+	r := SlotReservation{Key: req.Key, Owner: req.Owner, Token: NewSlotToken(), Expires: now.Add(req.Expiry)}
+	s.reserved[req.Key] = r
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			if s.reserved[r.Key].Token == r.Token {
+				delete(s.reserved, r.Key)
+			}
+		})
+	}, nil
 }
 
 // Close implements Store.

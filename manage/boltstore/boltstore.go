@@ -9,6 +9,12 @@
 // directory (Claude Desktop and an IDE, say) then take turns instead of the
 // second one failing to start.
 //
+// Sandbox slots (manage.Store.ReserveSlot) are reserved in a second bucket
+// by the same write transaction that counts the owner's records, which the
+// file lock makes exclusive across processes: servers sharing the file
+// never let an owner past its limit together. A reservation a process left
+// when it died lapses at its expiry.
+//
 // Faults: a file still locked by another process after the lock timeout is a
 // clear error naming the file; a corrupt file (empty ones included: a new
 // file is made whole under a temporary name and linked into place, so it is
@@ -53,6 +59,10 @@ const FileName = "state.db"
 const DefaultLockTimeout = 5 * time.Second
 
 var bucket = []byte("workspaces")
+
+// slotBucket holds the slot reservations of creations not yet ended, as
+// JSON manage.SlotReservation by workspace key.
+var slotBucket = []byte("slots")
 
 // Options configures Open. The zero value is usable.
 type Options struct {
@@ -323,19 +333,28 @@ func (s *Store) Delete(_ context.Context, key string) error {
 func (s *Store) List(context.Context) ([]manage.Record, error) {
 	var out []manage.Record
 	err := s.view(func(tx *bolt.Tx) error {
-		b := tx.Bucket(bucket)
-		if b == nil {
+		var err error
+		out, err = decodeRecords(tx.Bucket(bucket), s.log)
+		return err
+	})
+	return out, err
+}
+
+// decodeRecords returns the records in b (none when b is nil), skipping and
+// logging those that cannot be decoded.
+func decodeRecords(b *bolt.Bucket, log *slog.Logger) ([]manage.Record, error) {
+	if b == nil {
+		return nil, nil
+	}
+	var out []manage.Record
+	err := b.ForEach(func(k, v []byte) error {
+		var rec manage.Record
+		if err := json.Unmarshal(v, &rec); err != nil {
+			log.Warn("skipping unreadable store record", "key", string(k), "err", err)
 			return nil
 		}
-		return b.ForEach(func(k, v []byte) error {
-			var rec manage.Record
-			if err := json.Unmarshal(v, &rec); err != nil {
-				s.log.Warn("skipping unreadable store record", "key", string(k), "err", err)
-				return nil
-			}
-			out = append(out, rec)
-			return nil
-		})
+		out = append(out, rec)
+		return nil
 	})
 	return out, err
 }
@@ -361,6 +380,77 @@ func (s *Store) Lock(ctx context.Context, key string) (context.Context, func(), 
 			_ = filelock.Unlock(f)
 		})
 	}, nil
+}
+
+// ReserveSlot implements manage.Store in one write transaction, which the
+// file lock makes exclusive across every process using the file: it reads
+// the records and reservations, drops the reservations that lapsed, and
+// adds req's when the owner has room.
+func (s *Store) ReserveSlot(_ context.Context, req manage.SlotRequest) (func(), error) {
+	r := manage.SlotReservation{Key: req.Key, Owner: req.Owner, Token: manage.NewSlotToken()}
+	err := s.update(func(tx *bolt.Tx) error {
+		recs, err := decodeRecords(tx.Bucket(bucket), s.log)
+		if err != nil {
+			return err
+		}
+		sb, err := tx.CreateBucketIfNotExists(slotBucket)
+		if err != nil {
+			return err
+		}
+		now := time.Now()
+		var reserved []manage.SlotReservation
+		var lapsed [][]byte
+		if err := sb.ForEach(func(k, v []byte) error {
+			var res manage.SlotReservation
+			if json.Unmarshal(v, &res) != nil || !now.Before(res.Expires) {
+				lapsed = append(lapsed, k)
+				return nil
+			}
+			reserved = append(reserved, res)
+			return nil
+		}); err != nil {
+			return err
+		}
+		for _, k := range lapsed {
+			if err := sb.Delete(k); err != nil {
+				return err
+			}
+		}
+		held, mine := manage.CountSlots(req, recs, reserved, now)
+		if !mine && held >= req.Max {
+			return &manage.LimitError{Owner: req.Owner, Max: req.Max, Held: held}
+		}
+		r.Expires = now.Add(req.Expiry)
+		raw, err := json.Marshal(r)
+		if err != nil {
+			return err
+		}
+		return sb.Put([]byte(r.Key), raw)
+	})
+	if err != nil {
+		return nil, err
+	}
+	var once sync.Once
+	return func() { once.Do(func() { s.releaseSlot(r) }) }, nil
+}
+
+// releaseSlot deletes r unless a later reservation of its key replaced it.
+// A failure is logged: the reservation then lapses by itself.
+func (s *Store) releaseSlot(r manage.SlotReservation) {
+	err := s.update(func(tx *bolt.Tx) error {
+		sb := tx.Bucket(slotBucket)
+		if sb == nil {
+			return nil
+		}
+		var cur manage.SlotReservation
+		if raw := sb.Get([]byte(r.Key)); raw == nil || json.Unmarshal(raw, &cur) != nil || cur.Token != r.Token {
+			return nil
+		}
+		return sb.Delete([]byte(r.Key))
+	})
+	if err != nil {
+		s.log.Warn("could not release a sandbox slot reservation; it lapses by itself", "key", r.Key, "expires", r.Expires, "err", err)
+	}
 }
 
 // Close implements manage.Store. Operations after Close fail.

@@ -3,7 +3,10 @@ package managetest
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -70,6 +73,17 @@ func StoreContract(t *testing.T, newStore func(t *testing.T) manage.Store, share
 			other = newStore(t)
 		}
 		lockContract(t, s, other)
+	})
+	t.Run("Slots", func(t *testing.T) {
+		s := newStore(t)
+		other := s
+		if shared {
+			other = newStore(t)
+		}
+		slotContract(t, s, other)
+	})
+	t.Run("SlotLapses", func(t *testing.T) {
+		slotLapseContract(t, newStore(t))
 	})
 	if shared {
 		t.Run("SharedRecords", func(t *testing.T) {
@@ -166,5 +180,157 @@ func lockContract(t *testing.T, s, other manage.Store) {
 			t.Fatal(err)
 		}
 		u()
+	}
+}
+
+// OwnerBeforeSlash takes a key's owner from "OWNER/NAME" ("" without a
+// slash), as Options.OwnerOf for tests of the limit of sandboxes.
+func OwnerBeforeSlash(key string) string {
+	owner, _, ok := strings.Cut(key, "/")
+	if !ok {
+		return ""
+	}
+	return owner
+}
+
+// slotRequest asks for a slot of key under a limit of max, its owner taken
+// by OwnerBeforeSlash.
+func slotRequest(key string, max int) manage.SlotRequest {
+	return manage.SlotRequest{Key: key, Owner: OwnerBeforeSlash(key), Max: max, OwnerOf: OwnerBeforeSlash, Expiry: time.Minute}
+}
+
+// reserveWant reserves key's slot in st and fails t unless the outcome is
+// want (admitted, or a *LimitError with held counted); release is nil when
+// refused.
+func reserveWant(t *testing.T, st manage.Store, key string, max int, admitted bool, held int) (release func()) {
+	t.Helper()
+	release, err := st.ReserveSlot(t.Context(), slotRequest(key, max))
+	var le *manage.LimitError
+	switch {
+	case admitted && err != nil:
+		t.Fatalf("ReserveSlot(%s) = %v; want admitted", key, err)
+	case admitted:
+		return release
+	case err == nil:
+		release()
+		t.Fatalf("ReserveSlot(%s) admitted; want a LimitError", key)
+	case !errors.As(err, &le):
+		t.Fatalf("ReserveSlot(%s) = %v; want a LimitError", key, err)
+	case le.Owner != OwnerBeforeSlash(key) || le.Max != max || le.Held != held:
+		t.Fatalf("ReserveSlot(%s) = %+v; want owner %s, max %d, held %d", key, le, OwnerBeforeSlash(key), max, held)
+	}
+	return nil
+}
+
+// slotContract checks ReserveSlot between s and other (the same store, or
+// another sharing its records): reservations and records of sandboxes
+// count, released reservations without a record and records of gone
+// sandboxes do not, owners are counted apart, and concurrent reservations
+// over both stores never let an owner past its limit.
+func slotContract(t *testing.T, s, other manage.Store) {
+	ctx := t.Context()
+	relA := reserveWant(t, s, "alice/a", 2, true, 0)
+	relB := reserveWant(t, other, "alice/b", 2, true, 0)
+	reserveWant(t, other, "alice/c", 2, false, 2)
+	reserveWant(t, s, "alice/c", 2, false, 2)
+	reserveWant(t, s, "bob/a", 2, true, 0)()
+	reserveWant(t, s, "nobody", 2, true, 0)()
+	// A key that holds a slot is admitted again (a reset).
+	reserveWant(t, other, "alice/a", 2, true, 0)()
+	// alice/a's creation failed: released with no record, its slot is free.
+	relA()
+	relA()
+	// alice/b's creation succeeded: its record holds the slot after release.
+	if err := other.Put(ctx, manage.Record{Key: "alice/b", SandboxID: "sb", State: manage.StateRunning}); err != nil {
+		t.Fatal(err)
+	}
+	relB()
+	relC := reserveWant(t, s, "alice/c", 2, true, 0)
+	if err := s.Put(ctx, manage.Record{Key: "alice/c", SandboxID: "sc", State: manage.StatePaused}); err != nil {
+		t.Fatal(err)
+	}
+	relC()
+	reserveWant(t, other, "alice/d", 2, false, 2)
+	// A record written without a reservation (rebuilt) counts too.
+	if err := s.Put(ctx, manage.Record{Key: "carol/x", SandboxID: "sx", State: manage.StateStopped}); err != nil {
+		t.Fatal(err)
+	}
+	reserveWant(t, other, "carol/y", 1, false, 1)
+	// A sandbox gone (record marked gone, or deleted) frees its slot.
+	if err := s.Put(ctx, manage.Record{Key: "alice/b", SandboxID: "sb", State: manage.StateGone}); err != nil {
+		t.Fatal(err)
+	}
+	relD := reserveWant(t, other, "alice/d", 2, true, 0)
+	reserveWant(t, s, "alice/e", 2, false, 2)
+	if err := other.Delete(ctx, "alice/c"); err != nil {
+		t.Fatal(err)
+	}
+	reserveWant(t, s, "alice/e", 2, true, 0)()
+	relD()
+
+	// Twenty reservations at once, half on each store, each kept: exactly
+	// max are admitted; another owner reserving meanwhile is unaffected.
+	const max, calls = 4, 20
+	var mu sync.Mutex
+	var admitted []func()
+	limited := 0
+	var wg sync.WaitGroup
+	for i := range calls {
+		st := []manage.Store{s, other}[i%2]
+		wg.Go(func() {
+			release, err := st.ReserveSlot(ctx, slotRequest(fmt.Sprintf("dave/%d", i), max))
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err == nil:
+				admitted = append(admitted, release)
+			case manage.IsLimit(err):
+				limited++
+			default:
+				t.Error(err)
+			}
+		})
+		wg.Go(func() {
+			release, err := st.ReserveSlot(ctx, slotRequest(fmt.Sprintf("erin/%d", i%max), max))
+			if err != nil {
+				t.Errorf("erin, under her limit while dave is at his: %v", err)
+				return
+			}
+			release()
+		})
+	}
+	wg.Wait()
+	if len(admitted) != max || limited != calls-max {
+		t.Fatalf("concurrent reservations: %d admitted, %d refused; want %d and %d", len(admitted), limited, max, calls-max)
+	}
+	for _, release := range admitted {
+		release()
+	}
+	reserveWant(t, other, "dave/again", max, true, 0)()
+}
+
+// slotLapseContract checks that a reservation never released (its server
+// died holding it) stops counting once its expiry passed.
+func slotLapseContract(t *testing.T, s manage.Store) {
+	req := slotRequest("frank/dead", 1)
+	req.Expiry = time.Millisecond
+	if _, err := s.ReserveSlot(t.Context(), req); err != nil {
+		t.Fatal(err)
+	}
+	// Wait for the lapse, which is a matter of time passing: retry until
+	// admitted, failing only when the test's deadline is near.
+	for {
+		release, err := s.ReserveSlot(t.Context(), slotRequest("frank/alive", 1))
+		if err == nil {
+			release()
+			return
+		}
+		if !manage.IsLimit(err) {
+			t.Fatal(err)
+		}
+		if d, ok := t.Deadline(); ok && time.Until(d) < 5*time.Second {
+			t.Fatal("a reservation of 1ms still counts")
+		}
+		time.Sleep(time.Millisecond)
 	}
 }

@@ -4,7 +4,10 @@ package redisstore_test
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/sandbox-mcp/sandbox-mcp/manage"
 	"github.com/sandbox-mcp/sandbox-mcp/manage/boltstore"
@@ -12,7 +15,9 @@ import (
 	"github.com/sandbox-mcp/sandbox-mcp/manage/redisstore/redistest"
 )
 
-// BenchmarkStores measures one round trip of Get, Put and Lock+unlock on the
+// BenchmarkStores measures one round trip of Get, Put, Lock+unlock and
+// ReserveSlot+release (the owner holding 3 of its 4 slots, among 100
+// records) on the
 // Redis store (a local redis-server over its unix socket and over loopback
 // TCP) next to the bolt store, in one run so the numbers compare.
 func BenchmarkStores(b *testing.B) {
@@ -52,6 +57,28 @@ func BenchmarkStores(b *testing.B) {
 				if err := s.Put(ctx, rec); err != nil {
 					b.Fatal(err)
 				}
+			}
+		})
+		b.Run(st.name+"/reserve-slot", func(b *testing.B) {
+			s := st.open(b)
+			for i := range 100 {
+				r := rec
+				r.Key = fmt.Sprintf("other%d/ws", i)
+				if i < 3 {
+					r.Key = fmt.Sprintf("alice/ws%d", i)
+				}
+				if err := s.Put(ctx, r); err != nil {
+					b.Fatal(err)
+				}
+			}
+			owner := func(key string) string { o, _, _ := strings.Cut(key, "/"); return o }
+			req := manage.SlotRequest{Key: "alice/new", Owner: "alice", Max: 4, OwnerOf: owner, Expiry: time.Minute}
+			for b.Loop() {
+				release, err := s.ReserveSlot(ctx, req)
+				if err != nil {
+					b.Fatal(err)
+				}
+				release()
 			}
 		})
 		b.Run(st.name+"/lock", func(b *testing.B) {

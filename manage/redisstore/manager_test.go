@@ -184,3 +184,102 @@ func TestRedisDownNoDuplicate(t *testing.T) {
 		t.Fatalf("after redis returned the second replica got %s (%d creations); want the first replica's %s", l.Sandbox.ID, p.Creates.Load(), id)
 	}
 }
+
+// The limit of sandboxes per principal holds over two replicas, each with
+// its own client of one Redis.
+func TestSandboxesPerPrincipalAcrossReplicas(t *testing.T) {
+	srv := redistest.Start(t)
+	managetest.SandboxLimitAcrossServers(t, func(t *testing.T, p manage.Provider, mod func(*manage.Options)) (a, b *manage.Manager) {
+		prefix := strings.ReplaceAll(t.Name(), "/", ":") + ":"
+		ms := make([]*manage.Manager, 2)
+		for i := range ms {
+			opts := manage.Options{Provider: p, Store: open(t, srv.URL(), redisstore.Options{KeyPrefix: prefix}), AutoRecreate: true, Logger: quiet}
+			mod(&opts)
+			m, err := manage.New(opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = m.Shutdown(context.Background()) })
+			ms[i] = m
+		}
+		return ms[0], ms[1]
+	})
+}
+
+// A replica that dies while creating (its reservation made, never released:
+// its connection to Redis gone) holds the slot only until the reservation
+// lapses; then another replica creates in it.
+func TestSlotOfDeadReplicaLapses(t *testing.T) {
+	srv := redistest.Start(t)
+	p := managetest.New(t)
+	dying := open(t, srv.URL(), redisstore.Options{})
+	if _, err := dying.ReserveSlot(t.Context(), manage.SlotRequest{Key: "alice/dying", Owner: "alice", Max: 1, OwnerOf: managetest.OwnerBeforeSlash, Expiry: 50 * time.Millisecond}); err != nil {
+		t.Fatal(err)
+	}
+	if err := dying.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// The reservation is in Redis, with no one left to release it.
+	if score, err := raw(t, srv).ZScore(t.Context(), redisstore.DefaultKeyPrefix+"slots:alice", "alice/dying").Result(); err != nil || score <= 0 {
+		t.Fatalf("the dead replica's reservation: score %v, %v", score, err)
+	}
+	m, err := manage.New(manage.Options{Provider: p, Store: open(t, srv.URL(), redisstore.Options{}), AutoRecreate: true, Logger: quiet, MaxSandboxesPerOwner: 1, OwnerOf: managetest.OwnerBeforeSlash})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = m.Shutdown(context.Background()) })
+	if _, err := m.Acquire(t.Context(), "bob/x", false); err != nil {
+		t.Fatalf("another principal: %v", err)
+	}
+	// The lapse is a matter of time passing: retry until admitted, failing
+	// only when the test's deadline is near.
+	for {
+		l, err := m.Acquire(t.Context(), "alice/live", false)
+		if err == nil {
+			l.Release()
+			break
+		}
+		if !manage.IsLimit(err) {
+			t.Fatal(err)
+		}
+		if d, ok := t.Deadline(); ok && time.Until(d) < 5*time.Second {
+			t.Fatal("the dead replica's reservation still counts")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if n := p.Creates.Load(); n != 2 {
+		t.Fatalf("%d sandboxes made, want 2", n)
+	}
+}
+
+// A replica's creation that fails (here: its CreateTimeout ends a Create
+// that hangs) gives its slot back at once, to every replica: the
+// reservation, which would last an hour, is released.
+func TestSlotOfFailedCreationReleased(t *testing.T) {
+	srv := redistest.Start(t)
+	p := managetest.New(t)
+	ms := make([]*manage.Manager, 2)
+	for i := range ms {
+		m, err := manage.New(manage.Options{Provider: p, Store: open(t, srv.URL(), redisstore.Options{}), AutoRecreate: true, Logger: quiet,
+			MaxSandboxesPerOwner: 1, OwnerOf: managetest.OwnerBeforeSlash, CreateTimeout: 100 * time.Millisecond, CallTimeout: 30 * time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = m.Shutdown(context.Background()) })
+		ms[i] = m
+	}
+	waiting, release := p.BlockCreate()
+	errc := make(chan error, 1)
+	go func() {
+		_, err := ms[0].Acquire(t.Context(), "alice/hangs", false)
+		errc <- err
+	}()
+	<-waiting
+	if err := <-errc; err == nil || manage.IsLimit(err) {
+		t.Fatalf("a creation that hangs past CreateTimeout: %v; want its failure", err)
+	}
+	release()
+	if _, err := ms[1].Acquire(t.Context(), "alice/next", false); err != nil {
+		t.Fatalf("the other replica, after the failed creation: %v", err)
+	}
+}
