@@ -239,3 +239,38 @@ func (s *benchHTTP) stop() {
 	_ = s.cmd.Process.Signal(syscall.SIGTERM)
 	_ = s.cmd.Wait()
 }
+
+// --max-request-memory bounds the request bodies the server holds: a body
+// larger than the whole budget gets 413 naming the flag while the client is
+// still sending it (the server never read it), and 0 turns the budget off.
+func TestHTTPMaxRequestMemoryFlag(t *testing.T) {
+	n := newNewcomer(t)
+	s := startHTTPServe(t, n, "--max-request-memory", "1MiB")
+	pr, pw := io.Pipe()
+	defer pw.Close()
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, s.url, pr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.ContentLength = 2 << 20
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	req.Header.Set("Authorization", "Bearer "+n.httpToken())
+	go func() { _, _ = pw.Write([]byte(`{"jsonrpc":"2.0","id":1,`)) }() // the rest is never sent
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusRequestEntityTooLarge || !strings.Contains(string(body), "--max-request-memory 1048576") || !strings.Contains(string(body), "--max-body-bytes") {
+		t.Fatalf("a 2 MiB body under a 1 MiB budget: %d %s; want 413 naming both limits", resp.StatusCode, body)
+	}
+
+	n2 := newNewcomer(t)
+	off := startHTTPServe(t, n2, "--max-request-memory", "0")
+	c := connectHTTP(t, off, n2.httpToken(), nil)
+	mustOK(t, "put_files of 2 MiB without a budget", callTool(t, t.Context(), c, "put_files", map[string]any{
+		"files": []map[string]any{{"path": "big.txt", "content": strings.Repeat("z", 2<<20)}},
+	}))
+}
