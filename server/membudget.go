@@ -150,7 +150,7 @@ func (b *memoryBudget) tooLarge(n int64) *budgetError {
 
 func (b *memoryBudget) full(n, held int64) *budgetError {
 	return &budgetError{status: http.StatusServiceUnavailable, msg: fmt.Sprintf(
-		"the server's request memory budget is in use (--max-request-memory %d bytes over all clients; this client holds %d of them, at most %d): this request of %d bytes was not read or run; retry it after other calls finish",
+		"the server's request memory budget is in use (--max-request-memory %d bytes over all clients; this client holds %d of them, at most %d): this request of %d bytes was refused before it ran; retry it after other calls finish, or split large uploads over several smaller calls",
 		b.capacity, held, b.share, n)}
 }
 

@@ -241,6 +241,11 @@ func TestMemoryBudgetConcurrentUploads(t *testing.T) {
 	for _, c := range []*mcpClient{alice, bob} {
 		c.ok(t, "workspace_exec", map[string]any{"command": "echo small"}, nil)
 	}
+	// mcp-go's client hands the refusal's JSON-RPC error to the caller.
+	_, err := alice.callErr(context.Background(), "put_files", map[string]any{"files": []map[string]any{{"path": "a3.txt", "content": strings.Repeat("x", uploadSize)}}}, nil)
+	if err == nil || !strings.Contains(err.Error(), "--max-request-memory") {
+		t.Errorf("alice's client past her share: %v; want an error naming --max-request-memory", err)
+	}
 
 	a1.finish()
 	b1.finish()
@@ -263,8 +268,8 @@ func TestMemoryBudgetConcurrentUploads(t *testing.T) {
 		t.Errorf("budget in use after every request ended: %d; want 0", used)
 	}
 	_, metrics := e.rawRequest(t, http.MethodGet, "/metrics", "", map[string]string{"Authorization": "Bearer token-a"})
-	if !strings.Contains(metrics, "sandbox_mcp_request_memory_refused_total 2\n") {
-		t.Errorf("/metrics: want sandbox_mcp_request_memory_refused_total 2 in:\n%s", metrics)
+	if !strings.Contains(metrics, "sandbox_mcp_request_memory_refused_total 3\n") {
+		t.Errorf("/metrics: want sandbox_mcp_request_memory_refused_total 3 in:\n%s", metrics)
 	}
 }
 
