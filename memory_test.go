@@ -4,15 +4,23 @@ package main
 
 import (
 	"bufio"
+	"bytes"
+	"encoding/json"
+	"io"
 	"net/http"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 
 	mcpclient "github.com/mark3labs/mcp-go/client"
 	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/mark3labs/mcp-go/mcp"
+
+	"github.com/sandbox-mcp/sandbox-mcp/envd/envdtest"
 )
 
 // peakRSSKiB is the peak resident set (VmHWM) of process pid, in KiB.
@@ -94,4 +102,175 @@ func TestListingMemoryBounded(t *testing.T) {
 	if after-before > boundKiB {
 		t.Errorf("the listings raised the server's peak RSS by %d KiB; want at most %d KiB", after-before, boundKiB)
 	}
+}
+
+// BenchmarkHTTPPutFilesRSS reports the peak RSS of `serve --http` while four
+// put_files of 90 MiB of text each arrive at once from one principal, with
+// the default request memory budget (512 MiB: all four fit) and with a
+// 192 MiB one (two fit, two get 503 before their bodies are read), and how
+// many calls ran. SANDBOX_MCP_BENCH_BIN measures another build instead (for
+// one from before the budget, only the default case runs).
+func BenchmarkHTTPPutFilesRSS(b *testing.B) {
+	bin := os.Getenv("SANDBOX_MCP_BENCH_BIN")
+	if bin == "" {
+		bin = envdtest.Binary(b)
+	}
+	const size = 90 << 20
+	args, err := json.Marshal(map[string]any{"files": []map[string]any{{"path": "big.txt", "content": strings.Repeat("x", size)}}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	body := []byte(`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"put_files","arguments":` + string(args) + `}}`)
+	for _, tc := range []struct {
+		name string
+		args []string
+	}{{"default", nil}, {"budget192MiB", []string{"--max-request-memory", "192MiB"}}} {
+		b.Run(tc.name, func(b *testing.B) {
+			if os.Getenv("SANDBOX_MCP_BENCH_BIN") != "" && tc.args != nil {
+				b.Skip("the other build may not know", tc.args[0])
+			}
+			var peak int64
+			var ran, refused int
+			for b.Loop() {
+				srv := startBenchHTTP(b, bin, tc.args...)
+				results := make(chan int, 4)
+				for range 4 {
+					go func() { results <- srv.post(b, body) }()
+				}
+				ran, refused = 0, 0
+				for range 4 {
+					switch <-results {
+					case http.StatusOK:
+						ran++
+					case http.StatusServiceUnavailable:
+						refused++
+					}
+				}
+				rss, err := envdtest.PeakRSS(srv.cmd.Process.Pid)
+				if err != nil {
+					b.Fatal(err)
+				}
+				peak = max(peak, rss)
+				srv.stop()
+			}
+			b.ReportMetric(float64(peak)/(1<<20), "server-peak-MiB")
+			b.ReportMetric(float64(ran), "calls-ran")
+			b.ReportMetric(float64(refused), "calls-refused")
+		})
+	}
+}
+
+// benchHTTP is a `serve --http` started by a benchmark, with a raw session.
+type benchHTTP struct {
+	cmd   *exec.Cmd
+	url   string
+	token string
+	sid   string
+}
+
+// startBenchHTTP starts bin's `serve --http` on loopback (its generated
+// token, --max-put-bytes 95MiB) and opens a session.
+func startBenchHTTP(b *testing.B, bin string, args ...string) *benchHTTP {
+	b.Helper()
+	state := filepath.Join(envdtest.ShortTempDir(b), "state")
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	cmd := exec.Command(bin, append([]string{"serve", "--http", "127.0.0.1:0", "--ready-fd", "3", "--state-dir", state, "--log-level", "warn", "--max-put-bytes", "95MiB"}, args...)...)
+	cmd.ExtraFiles = []*os.File{pw}
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	pw.Close()
+	line, err := bufio.NewReader(pr).ReadString('\n')
+	pr.Close()
+	if err != nil {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		b.Fatalf("serve --http did not become ready: %v", err)
+	}
+	token, err := os.ReadFile(filepath.Join(state, httpTokenFile))
+	if err != nil {
+		b.Fatal(err)
+	}
+	s := &benchHTTP{cmd: cmd, url: strings.TrimSpace(strings.TrimPrefix(line, "ready ")), token: strings.TrimSpace(string(token))}
+	resp := s.do(b, []byte(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"bench","version":"0"}}}`))
+	s.sid = resp.Header.Get("Mcp-Session-Id")
+	resp.Body.Close()
+	s.do(b, []byte(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)).Body.Close()
+	return s
+}
+
+func (s *benchHTTP) do(b *testing.B, body []byte) *http.Response {
+	req, err := http.NewRequest(http.MethodPost, s.url, bytes.NewReader(body))
+	if err != nil {
+		b.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	req.Header.Set("Authorization", "Bearer "+s.token)
+	if s.sid != "" {
+		req.Header.Set("Mcp-Session-Id", s.sid)
+		req.Header.Set("Mcp-Protocol-Version", "2025-11-25")
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		b.Error(err)
+		return &http.Response{StatusCode: 0, Body: io.NopCloser(strings.NewReader(""))}
+	}
+	return resp
+}
+
+// post sends body and returns the status, 200 only for a result that is not
+// an error.
+func (s *benchHTTP) post(b *testing.B, body []byte) int {
+	resp := s.do(b, body)
+	defer resp.Body.Close()
+	text, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode == http.StatusOK && (bytes.Contains(text, []byte(`"isError":true`)) || !bytes.Contains(text, []byte(`"written"`))) {
+		b.Errorf("put_files: %.300s", text)
+		return 0
+	}
+	return resp.StatusCode
+}
+
+func (s *benchHTTP) stop() {
+	_ = s.cmd.Process.Signal(syscall.SIGTERM)
+	_ = s.cmd.Wait()
+}
+
+// --max-request-memory bounds the request bodies the server holds: a body
+// larger than the whole budget gets 413 naming the flag while the client is
+// still sending it (the server never read it), and 0 turns the budget off.
+func TestHTTPMaxRequestMemoryFlag(t *testing.T) {
+	n := newNewcomer(t)
+	s := startHTTPServe(t, n, "--max-request-memory", "1MiB")
+	pr, pw := io.Pipe()
+	defer pw.Close()
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, s.url, pr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.ContentLength = 2 << 20
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	req.Header.Set("Authorization", "Bearer "+n.httpToken())
+	go func() { _, _ = pw.Write([]byte(`{"jsonrpc":"2.0","id":1,`)) }() // the rest is never sent
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusRequestEntityTooLarge || !strings.Contains(string(body), "--max-request-memory 1048576") || !strings.Contains(string(body), "--max-body-bytes") {
+		t.Fatalf("a 2 MiB body under a 1 MiB budget: %d %s; want 413 naming both limits", resp.StatusCode, body)
+	}
+
+	n2 := newNewcomer(t)
+	off := startHTTPServe(t, n2, "--max-request-memory", "0")
+	c := connectHTTP(t, off, n2.httpToken(), nil)
+	mustOK(t, "put_files of 2 MiB without a budget", callTool(t, t.Context(), c, "put_files", map[string]any{
+		"files": []map[string]any{{"path": "big.txt", "content": strings.Repeat("z", 2<<20)}},
+	}))
 }

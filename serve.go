@@ -21,10 +21,12 @@ type httpOptions struct {
 	allowedOrigins  string
 	tlsCert, tlsKey string
 	maxBodyBytes    byteSize
-	sessionIdleTTL  time.Duration
-	shutdownTimeout time.Duration
-	readyFD         int
-	insecureNoAuth  bool
+	// maxRequestMemory is --max-request-memory (0: no budget).
+	maxRequestMemory byteSize
+	sessionIdleTTL   time.Duration
+	shutdownTimeout  time.Duration
+	readyFD          int
+	insecureNoAuth   bool
 	// maxConcurrentCalls is --max-concurrent-calls.
 	maxConcurrentCalls int
 	// generatedToken is the token made at start for a loopback --http
@@ -36,6 +38,7 @@ type httpOptions struct {
 // server's.
 func (h *httpOptions) register(fs *flag.FlagSet) {
 	h.maxBodyBytes = byteSize(server.DefaultMaxBodyBytes)
+	h.maxRequestMemory = byteSize(server.DefaultMaxRequestMemory)
 	fs.StringVar(&h.addr, "http", "", "serve streamable HTTP at ADDR (host:port) on /mcp instead of stdio")
 	fs.StringVar(&h.authTokensFile, "auth-tokens-file", "", "file of \"TOKEN PRINCIPAL\" lines; required unless --http is loopback, which without it generates a token (STATE-DIR/http-token)")
 	fs.BoolVar(&h.insecureNoAuth, "insecure-no-auth", false, "loopback --http with NO token: every user of this machine can use the server and the sandboxes of principal local")
@@ -43,6 +46,7 @@ func (h *httpOptions) register(fs *flag.FlagSet) {
 	fs.StringVar(&h.tlsCert, "tls-cert", "", "PEM certificate: serve HTTPS")
 	fs.StringVar(&h.tlsKey, "tls-key", "", "PEM private key for --tls-cert")
 	fs.Var(&h.maxBodyBytes, "max-body-bytes", "largest HTTP request body (413 beyond)")
+	fs.Var(&h.maxRequestMemory, "max-request-memory", "request bodies the HTTP server holds at once over all principals (one principal at most half when there are several); a request past it gets 503 with Retry-After (0: no budget)")
 	fs.IntVar(&h.maxConcurrentCalls, "max-concurrent-calls", server.DefaultMaxConcurrentCalls, "tool calls one HTTP principal may have running at once (more get an error result)")
 	fs.DurationVar(&h.sessionIdleTTL, "session-idle-ttl", 30*time.Minute, "end HTTP sessions idle this long (0: never)")
 	fs.DurationVar(&h.shutdownTimeout, "shutdown-timeout", server.DefaultShutdownTimeout, "on SIGTERM, how long in-flight calls get before they are cancelled")
@@ -57,10 +61,14 @@ func (h *httpOptions) serverConfig() (server.Config, error) {
 	cfg := server.Config{
 		MaxBodyBytes:       int64(h.maxBodyBytes),
 		MaxConcurrentCalls: h.maxConcurrentCalls,
+		MaxRequestMemory:   int64(h.maxRequestMemory),
 		SessionIdleTTL:     h.sessionIdleTTL,
 		TLSCert:            h.tlsCert,
 		TLSKey:             h.tlsKey,
 		ShutdownTimeout:    h.shutdownTimeout,
+	}
+	if cfg.MaxRequestMemory == 0 {
+		cfg.MaxRequestMemory = -1 // server.Config's "no budget"
 	}
 	if h.allowedOrigins != "" {
 		// server.New trims them and skips empty ones.

@@ -69,6 +69,8 @@ type envOptions struct {
 	noHTTP          bool
 	maxStdioMessage int64
 	maxCalls        int
+	// maxRequestMemory is Config.MaxRequestMemory.
+	maxRequestMemory int64
 }
 
 func testLogger() *slog.Logger {
@@ -104,6 +106,7 @@ func newEnv(t testing.TB, opts envOptions) *testEnv {
 		SessionIdleTTL:     opts.idleTTL,
 		ShutdownTimeout:    opts.shutdownTimeout,
 		MaxConcurrentCalls: opts.maxCalls,
+		MaxRequestMemory:   opts.maxRequestMemory,
 
 		MaxStdioMessageBytes: opts.maxStdioMessage,
 	}

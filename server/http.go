@@ -36,7 +36,8 @@ type httpCallKey struct{}
 // middleware), /healthz and /metrics. The middleware order, outermost first:
 // request logging and metrics, the Host check on loopback connections (DNS
 // rebinding; mcp-go's copy of it is off), the Origin allowlist (and CORS),
-// bearer authentication (not for /healthz), the body limit, then the session
+// bearer authentication (not for /healthz), the request memory budget
+// (reserveMemory), the body limit, then the session
 // checks (a session id used by another principal → 404; a request without a
 // session id from a revision that has sessions → 400; an invalid
 // Sandbox-Workspace → 400). Every call returns the same handler.
@@ -81,7 +82,7 @@ func (s *Server) buildHTTP() {
 		_, _ = io.WriteString(w, "ok\n")
 	})
 	mux.Handle("/metrics", s.authenticate(http.HandlerFunc(s.serveMetrics)))
-	mux.Handle("/mcp", s.authenticate(s.limitBody(s.checkSession(s.track(s.splitArguments(literalJSON(s.streamable)))))))
+	mux.Handle("/mcp", s.authenticate(s.reserveMemory(s.limitBody(s.checkSession(s.track(s.splitArguments(literalJSON(s.streamable))))))))
 	s.handler = s.logRequests(s.checkHost(s.checkOrigin(mux)))
 }
 
@@ -327,9 +328,9 @@ func (s *Server) limitBody(next http.Handler) http.Handler {
 			return
 		}
 		if r.Header.Get(server.HeaderKeySessionID) != "" || mcp.IsModernProtocol(r.Header.Get(mcp.HeaderProtocolVersion)) {
-			body := &limitedBody{ReadCloser: http.MaxBytesReader(w, r.Body, limit)}
+			body := &limitedBody{ReadCloser: http.MaxBytesReader(w, r.Body, limit), limit: limit}
 			r.Body = body
-			next.ServeHTTP(&limitWriter{ResponseWriter: w, body: body, limit: limit}, r)
+			next.ServeHTTP(&limitWriter{ResponseWriter: w, body: body, refused: s.metrics.memoryRefused}, r)
 			return
 		}
 		body, err := readBody(http.MaxBytesReader(w, r.Body, limit), r.ContentLength)
@@ -337,6 +338,14 @@ func (s *Server) limitBody(next http.Handler) http.Handler {
 			var mbe *http.MaxBytesError
 			if errors.As(err, &mbe) {
 				writeTooLarge(w, limit)
+				return
+			}
+			var be *budgetError
+			if errors.As(err, &be) {
+				if be.status == http.StatusServiceUnavailable {
+					s.metrics.memoryRefused()
+				}
+				be.write(w)
 				return
 			}
 			writeError(w, http.StatusBadRequest, "reading the request body: "+err.Error())
@@ -349,53 +358,69 @@ func (s *Server) limitBody(next http.Handler) http.Handler {
 }
 
 func writeTooLarge(w http.ResponseWriter, limit int64) {
-	writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body exceeds the limit of %d bytes", limit))
+	writeError(w, http.StatusRequestEntityTooLarge, tooLargeMessage(limit))
 }
 
-// limitedBody records that reading the body hit the limit.
+func tooLargeMessage(limit int64) string {
+	return fmt.Sprintf("request body exceeds the limit of %d bytes", limit)
+}
+
+// limitedBody records that reading the body hit the limit or the memory
+// budget (budgetedBody), and how to answer it.
 type limitedBody struct {
 	io.ReadCloser
-	exceeded atomic.Bool
+	limit   int64
+	refusal atomic.Pointer[budgetError]
 }
 
 func (b *limitedBody) Read(p []byte) (int, error) {
 	n, err := b.ReadCloser.Read(p)
-	var mbe *http.MaxBytesError
-	if err != nil && errors.As(err, &mbe) {
-		b.exceeded.Store(true)
+	if err != nil {
+		var mbe *http.MaxBytesError
+		var be *budgetError
+		switch {
+		case errors.As(err, &mbe):
+			b.refusal.CompareAndSwap(nil, &budgetError{status: http.StatusRequestEntityTooLarge, msg: tooLargeMessage(b.limit)})
+		case errors.As(err, &be):
+			b.refusal.CompareAndSwap(nil, be)
+		}
 	}
 	return n, err
 }
 
-// limitWriter answers 413 in place of the response of a request whose body
-// hit the limit (mcp-go reads the whole body before it writes anything).
+// limitWriter answers 413 (or the memory budget's refusal) in place of the
+// response of a request whose body hit the limit (mcp-go reads the whole
+// body before it writes anything).
 type limitWriter struct {
 	http.ResponseWriter
 	body    *limitedBody
-	limit   int64
-	started sync.Once // the response begins: the handler's, or the 413
-	refused bool      // the 413 was written: drop the handler's response
+	refused func()    // counts a refusal by the memory budget
+	started sync.Once // the response begins: the handler's, or the refusal
+	dropped bool      // the refusal was written: drop the handler's response
 }
 
 func (w *limitWriter) start() {
 	w.started.Do(func() {
-		if w.body.exceeded.Load() {
-			w.refused = true
-			writeTooLarge(w.ResponseWriter, w.limit)
+		if refusal := w.body.refusal.Load(); refusal != nil {
+			w.dropped = true
+			if refusal.status == http.StatusServiceUnavailable {
+				w.refused()
+			}
+			refusal.write(w.ResponseWriter)
 		}
 	})
 }
 
 func (w *limitWriter) WriteHeader(code int) {
 	w.start()
-	if !w.refused {
+	if !w.dropped {
 		w.ResponseWriter.WriteHeader(code)
 	}
 }
 
 func (w *limitWriter) Write(p []byte) (int, error) {
 	w.start()
-	if w.refused {
+	if w.dropped {
 		return len(p), nil
 	}
 	return w.ResponseWriter.Write(p)
@@ -403,7 +428,7 @@ func (w *limitWriter) Write(p []byte) (int, error) {
 
 func (w *limitWriter) Flush() {
 	w.start()
-	if f, ok := w.ResponseWriter.(http.Flusher); ok && !w.refused {
+	if f, ok := w.ResponseWriter.(http.Flusher); ok && !w.dropped {
 		f.Flush()
 	}
 }

@@ -45,6 +45,11 @@ type metrics struct {
 	calls     map[[2]string]int64 // {tool, outcome}
 	durations map[string]*histogram
 	requests  map[[2]string]int64 // {path, status code}
+
+	// budget is the server's request memory budget, shown as a gauge; nil
+	// shows none.
+	budget        *memoryBudget
+	memoryRefusal int64 // requests the budget refused with 503
 }
 
 type histogram struct {
@@ -128,6 +133,13 @@ func (m *metrics) request(path string, code int) {
 	m.mu.Unlock()
 }
 
+// memoryRefused counts one request refused by the memory budget with 503.
+func (m *metrics) memoryRefused() {
+	m.mu.Lock()
+	m.memoryRefusal++
+	m.mu.Unlock()
+}
+
 // write renders the Prometheus text exposition format (version 0.0.4).
 func (m *metrics) write(w io.Writer, st manage.Stats, sessions int) error {
 	bw := bufio.NewWriter(w)
@@ -139,6 +151,7 @@ func (m *metrics) write(w io.Writer, st manage.Stats, sessions int) error {
 		tools = append(tools, t)
 	}
 	slices.Sort(tools)
+	refusals := m.memoryRefusal
 	hists := make([]histogram, len(tools))
 	for i, t := range tools {
 		h := m.durations[t]
@@ -186,6 +199,13 @@ func (m *metrics) write(w io.Writer, st manage.Stats, sessions int) error {
 	header(bw, "sandbox_mcp_http_requests_total", "counter", "HTTP requests by path and status code.")
 	for _, r := range requests {
 		fmt.Fprintf(bw, "sandbox_mcp_http_requests_total{path=%s,code=%s} %d\n", quote(r.k[0]), quote(r.k[1]), r.v)
+	}
+	if m.budget != nil {
+		used, _ := m.budget.inUse()
+		header(bw, "sandbox_mcp_request_memory_bytes", "gauge", "Request body bytes reserved in the memory budget (--max-request-memory) now.")
+		fmt.Fprintf(bw, "sandbox_mcp_request_memory_bytes %d\n", used)
+		header(bw, "sandbox_mcp_request_memory_refused_total", "counter", "Requests refused with 503 because the memory budget was in use.")
+		fmt.Fprintf(bw, "sandbox_mcp_request_memory_refused_total %d\n", refusals)
 	}
 	return bw.Flush()
 }

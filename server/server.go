@@ -120,6 +120,11 @@ type Config struct {
 	// running at once; a call past it gets an isError result at once (it is
 	// not queued). Default DefaultMaxConcurrentCalls.
 	MaxConcurrentCalls int
+	// MaxRequestMemory bounds the request bodies the HTTP server holds at
+	// once over all principals and sessions (see memoryBudget): a request
+	// that does not fit gets 503 with Retry-After, one that never fits 413.
+	// Default DefaultMaxRequestMemory; negative means no budget.
+	MaxRequestMemory int64
 	// SessionIdleTTL ends HTTP sessions that had no request in flight and
 	// none arriving for this long (the end-of-session policy then applies:
 	// their anonymous sandboxes are killed). Zero never expires sessions, so
@@ -152,7 +157,8 @@ type Server struct {
 	splits   map[string]bool // the tools whose calls are split (tools.SplitToolCall)
 	metrics  *metrics
 	sessions *sessionRegistry
-	calls    *callLimiter // HTTP calls in flight by principal
+	calls    *callLimiter  // HTTP calls in flight by principal
+	budget   *memoryBudget // request bodies held, over all principals
 	tokens   []tokenEntry
 	origins  originPolicy
 
@@ -190,6 +196,12 @@ func New(cfg Config) (*Server, error) {
 	}
 	if cfg.MaxConcurrentCalls <= 0 {
 		cfg.MaxConcurrentCalls = DefaultMaxConcurrentCalls
+	}
+	switch {
+	case cfg.MaxRequestMemory == 0:
+		cfg.MaxRequestMemory = DefaultMaxRequestMemory
+	case cfg.MaxRequestMemory < 0:
+		cfg.MaxRequestMemory = 0
 	}
 	if cfg.ShutdownTimeout <= 0 {
 		cfg.ShutdownTimeout = DefaultShutdownTimeout
@@ -239,7 +251,9 @@ func New(cfg Config) (*Server, error) {
 			s.splits[t.Def.Name] = true
 		}
 	}
+	s.budget = newMemoryBudget(cfg.MaxRequestMemory, countPrincipals(cfg.AuthTokens))
 	s.metrics = newMetrics(s.toolSet)
+	s.metrics.budget = s.budget
 	s.sessions = newSessionRegistry(s.manager, cfg.Deps, s.log, cfg.SessionIdleTTL)
 
 	hooks := &server.Hooks{}
@@ -366,4 +380,13 @@ func randomID() string {
 		panic(err) // crypto/rand does not fail on supported platforms
 	}
 	return hex.EncodeToString(b[:])
+}
+
+// countPrincipals is the number of distinct principals tokens map to.
+func countPrincipals(tokens map[string]string) int {
+	seen := map[string]bool{}
+	for _, p := range tokens {
+		seen[p] = true
+	}
+	return len(seen)
 }
