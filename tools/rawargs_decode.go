@@ -130,12 +130,21 @@ func (a *Arguments) decodeSkeleton(schema *schemaCheck, in any) (bool, error) {
 	if err != nil {
 		return false, nil
 	}
+	// Validated with the placeholders in: the validator copies every string
+	// it checks, which for a put_files body was a second copy of the
+	// content. No input schema constrains a string in a way a placeholder
+	// meets and a long string does not (TestPlaceholdersValidateLikeLongStrings
+	// keeps it so); on failure the filled arguments are validated again, for
+	// the error to show what the client sent.
+	valid := schema.check(inst) == nil
 	inst, n := a.fillValue(inst)
 	if n != len(a.long) {
 		return false, nil
 	}
-	if err := schema.check(inst); err != nil {
-		return true, err
+	if !valid {
+		if err := schema.check(inst); err != nil {
+			return true, err
+		}
 	}
 	if decodeArgs(a.skeleton, in) != nil || a.fillTyped(reflect.ValueOf(in)) != len(a.long) {
 		return false, nil

@@ -7,8 +7,10 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"math"
 	"reflect"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -380,4 +382,51 @@ func wireSize(t *testing.T, res *mcp.CallToolResult) int {
 		}
 	}
 	return n
+}
+
+// decodeSkeleton validates arguments with their long strings still
+// placeholders (the validator copies every string it checks). That gives
+// the verdict the long strings would only while no string in an input
+// schema is bounded above or shaped in a way a placeholder (short, with a
+// NUL) meets and a long string may not: no maxLength, format, const or
+// content keywords, and every pattern rejects a placeholder. A failing
+// placeholder validation is redone with the strings filled in.
+func TestPlaceholdersValidateLikeLongStrings(t *testing.T) {
+	d := NewDeps(nil, DefaultConfig(), nil)
+	placeholder := placeholderPrefix + "0"
+	patterns := 0
+	var walk func(tool, at string, node any)
+	walk = func(tool, at string, node any) {
+		switch n := node.(type) {
+		case map[string]any:
+			for _, kw := range []string{"maxLength", "format", "const", "contentEncoding", "contentMediaType", "contentSchema"} {
+				if _, ok := n[kw]; ok && n["type"] == "string" {
+					t.Errorf("%s input schema at %s: %q on a string; a placeholder may meet it where the long string does not (see decodeSkeleton)", tool, at, kw)
+				}
+			}
+			if p, ok := n["pattern"].(string); ok {
+				patterns++
+				if regexp.MustCompile(p).MatchString(placeholder) {
+					t.Errorf("%s input schema at %s: pattern %q matches a placeholder (see decodeSkeleton)", tool, at, p)
+				}
+			}
+			for k, v := range n {
+				walk(tool, at+"/"+k, v)
+			}
+		case []any:
+			for i, v := range n {
+				walk(tool, fmt.Sprintf("%s/%d", at, i), v)
+			}
+		}
+	}
+	for _, tool := range All(d) {
+		var schema any
+		if err := json.Unmarshal(tool.Def.RawInputSchema, &schema); err != nil {
+			t.Fatal(err)
+		}
+		walk(tool.Def.Name, "", schema)
+	}
+	if patterns == 0 {
+		t.Fatal("no pattern found in any input schema; is the walk reaching them?")
+	}
 }
