@@ -43,7 +43,7 @@ const (
 	templatesDir = "disk-templates"
 	// templateVersion names the mkfs options below; a change makes new
 	// templates rather than reusing old ones.
-	templateVersion = "v1"
+	templateVersion = "v2"
 	blockSize       = 4096
 )
 
@@ -134,7 +134,19 @@ func (q *diskQuota) makeTemplate(ctx context.Context) (diskTemplate, error) {
 	if err := f.Truncate(q.size); err != nil {
 		return diskTemplate{}, fmt.Errorf("disk template: %w", err)
 	}
-	if err := run(ctx, q.mkfs, append(mkfsOptions, tmp)...); err != nil {
+	// The sandbox's directories, made by mkfs rather than on each mount:
+	// there their first mkdir costs 2 ms of reads and allocations.
+	root, err := os.MkdirTemp(q.templates, ".root-")
+	if err != nil {
+		return diskTemplate{}, fmt.Errorf("disk template: %w", err)
+	}
+	defer func() { _ = os.RemoveAll(root) }()
+	for _, sub := range sandboxSubdirs {
+		if err := os.Mkdir(filepath.Join(root, sub), 0o700); err != nil {
+			return diskTemplate{}, fmt.Errorf("disk template: %w", err)
+		}
+	}
+	if err := run(ctx, q.mkfs, append(mkfsOptions, "-d", root, tmp)...); err != nil {
 		return diskTemplate{}, fmt.Errorf("disk template: %w", err)
 	}
 	if _, err := readSuperblock(f); err != nil {
