@@ -8,8 +8,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -237,4 +239,39 @@ func TestDiskImagesIndependent(t *testing.T) {
 // uuidString formats a UUID as dumpe2fs prints it.
 func uuidString(b []byte) string {
 	return fmt.Sprintf("%x-%x-%x-%x-%x", b[:4], b[4:6], b[6:8], b[8:10], b[10:])
+}
+
+// What a server killed while making a template leaves (its unfinished
+// image and the directory mkfs was filling it from) is removed once it is
+// older than a minute; a fresh one, maybe another server's work in
+// progress, is kept.
+func TestStaleTemplatePiecesRemoved(t *testing.T) {
+	dir := t.TempDir()
+	old := time.Now().Add(-2 * time.Minute)
+	for _, name := range []string{".new-1.img", ".root-1", ".new-2.img", ".root-2", "ext4-keep.img"} {
+		path := filepath.Join(dir, name)
+		var err error
+		if strings.HasPrefix(name, ".root-") {
+			err = os.MkdirAll(filepath.Join(path, "workspace"), 0o700)
+		} else {
+			err = os.WriteFile(path, []byte("x"), 0o600)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.HasSuffix(name, "1.img") || strings.HasSuffix(name, "-1") || name == "ext4-keep.img" {
+			if err := os.Chtimes(path, old, old); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	removeStaleTemplates(dir)
+	entries, _ := os.ReadDir(dir)
+	var left []string
+	for _, e := range entries {
+		left = append(left, e.Name())
+	}
+	if want := []string{".new-2.img", ".root-2", "ext4-keep.img"}; !slices.Equal(left, want) {
+		t.Fatalf("left %v; want %v", left, want)
+	}
 }

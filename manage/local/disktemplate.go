@@ -165,15 +165,15 @@ func (q *diskQuota) makeTemplate(ctx context.Context) (diskTemplate, error) {
 }
 
 // removeStaleTemplates removes unfinished templates in dir older than a
-// minute.
+// minute, and the directories their mkfs was filled from.
 func removeStaleTemplates(dir string) {
 	entries, _ := os.ReadDir(dir)
 	for _, e := range entries {
-		if !strings.HasPrefix(e.Name(), ".new-") {
+		if !strings.HasPrefix(e.Name(), ".new-") && !strings.HasPrefix(e.Name(), ".root-") {
 			continue
 		}
 		if fi, err := e.Info(); err == nil && time.Since(fi.ModTime()) > time.Minute {
-			_ = os.Remove(filepath.Join(dir, e.Name()))
+			_ = os.RemoveAll(filepath.Join(dir, e.Name()))
 		}
 	}
 }
