@@ -305,6 +305,8 @@ func (p *Provider) registerDaemon(ctx context.Context, id string, d *daemon, spe
 		_ = d.cmd.Process.Kill()
 		sweepStart(d)
 		_ = d.cmd.Wait()
+		// A fork the process started was in flight until it was reaped.
+		sweepStart(d)
 		return connect.NewError(connect.CodeInternal, fmt.Errorf("sandbox %s: %w", id, err))
 	}
 	d.cg = cg
@@ -397,6 +399,12 @@ func (p *Provider) abortStart(ctx context.Context, id string, d *daemon, what st
 		killProcs(d.cg, d.pid, d.isolation)
 	}
 	sweepStart(d)
+	select {
+	case <-d.done:
+		// A fork the process started was in flight until it was reaped.
+		sweepStart(d)
+	case <-grace.Done():
+	}
 	select {
 	case <-d.released:
 	case <-grace.Done():
@@ -511,7 +519,10 @@ func processGone(err error) bool {
 // daemon's user; envd inside bwrap dies with its pid namespace's first
 // process. Each pass kills all of them; a process forked before its parent
 // was killed is found by the next, until a pass finds none (or a few
-// seconds pass: dying processes take a moment to exit). A sandbox with a
+// seconds pass: dying processes take a moment to exit). A killed process's
+// fork may still complete until it is reaped (seen with the keeper: a
+// sweep right after its kill found nothing, one after its reaping found
+// bwrap), so callers sweep again once it was reaped. A sandbox with a
 // host id of its own is swept by that id alone: nothing else runs as it, and
 // its processes need not name anything.
 func sweepStart(d *daemon) {
@@ -519,9 +530,17 @@ func sweepStart(d *daemon) {
 	if a := d.cmd.SysProcAttr; a != nil && a.Credential != nil {
 		uid = int(a.Credential.Uid)
 	}
+	sweepProcesses(d.dir, uid, d.hostID != 0 && uid == d.hostID)
+}
+
+// sweepProcesses kills, pass after pass until one finds none (or a few
+// seconds pass), the live processes running as uid that name sandbox
+// directory dir on their command line, or with byUID all those running as
+// uid (the sandbox's own host id).
+func sweepProcesses(dir string, uid int, byUID bool) {
 	var mark []byte
-	if d.hostID == 0 || uid != d.hostID {
-		mark = []byte(d.dir + "/")
+	if !byUID {
+		mark = []byte(dir + "/")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), stoppingGrace)
 	defer cancel()

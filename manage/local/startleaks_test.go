@@ -5,7 +5,9 @@ package local
 import (
 	"bytes"
 	"context"
+	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -313,5 +315,96 @@ func TestFailedStartsLeakNothing(t *testing.T) {
 				})
 			}
 		})
+	}
+}
+
+// TestServerKilledMidStartLeavesNothing kills the real binary (SIGKILL) while
+// it starts a sandbox, as soon as the sandbox's bwrap runs, and starts a
+// fresh Provider on its state directory: whatever the killed start left
+// (processes outside the cgroup, the cgroup, the mounted disk image) is gone
+// then, the sandbox is stopped and resumable with its host id kept, and new
+// sandboxes start.
+func TestServerKilledMidStartLeavesNothing(t *testing.T) {
+	requireBwrap(t)
+	n := 5
+	if testing.Short() {
+		n = 2
+	}
+	ids := leakTestIDs()
+	for i := range n {
+		stateDir := newStateDir(t)
+		args := []string{"call", "--state-dir", stateDir, "--log-level", "warn"}
+		if os.Geteuid() == 0 {
+			args = append(args, "--sandbox-ids", ids.String())
+		}
+		cmd := exec.Command(serverBinary, append(args, "workspace_exec", `{"command":"true"}`)...)
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		exited := make(chan struct{})
+		go func() { _ = cmd.Wait(); close(exited) }()
+		// The kernel announces no exec: look for the sandbox's bwrap.
+		mark := []byte(filepath.Join(stateDir, "sandboxes") + "/")
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		err := poll(ctx, 100*time.Microsecond, 5*time.Millisecond, func() (bool, error) {
+			entries, _ := os.ReadDir("/proc")
+			for _, e := range entries {
+				cl, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+				if err == nil && bytes.HasSuffix(bytes.SplitN(cl, []byte{0}, 2)[0], []byte("bwrap")) && bytes.Contains(cl, mark) {
+					return true, nil
+				}
+			}
+			select {
+			case <-exited:
+				return false, errors.New("the server exited before its sandbox's bwrap ran")
+			default:
+				return false, nil
+			}
+		})
+		cancel()
+		_ = cmd.Process.Kill()
+		<-exited
+		if err != nil {
+			t.Fatalf("round %d: %v", i, err)
+		}
+		cfg := Config{StateDir: stateDir, Isolation: IsolationBwrap}
+		if os.Geteuid() == 0 {
+			cfg.SandboxIDs = ids
+		}
+		p := newProvider(t, cfg)
+		list, err := p.List(testCtx(t))
+		if err != nil || len(list) != 1 {
+			t.Fatalf("round %d: List = %+v, %v; want the one sandbox", i, list, err)
+		}
+		sb := list[0]
+		uid, _ := strconv.Atoi(readTrim(filepath.Join(p.sandboxesDir, sb.ID, hostIDFile)))
+		if sb.State != manage.StateStopped {
+			t.Fatalf("round %d: the killed server's sandbox is %s (%s), want stopped", i, sb.State, sb.Detail)
+		}
+		// Nothing is left (and New waits for nothing to go: it is gone
+		// once New returns, but for zombies and loop devices the kernel
+		// frees a moment later), but the sandbox's directory and its host
+		// id claim, kept for its restart.
+		l := settledLeftovers(p, sb.ID, uid)
+		l.dir, l.claimed = false, false
+		if l.any() {
+			t.Errorf("round %d: the killed start left %+v after a new server started", i, l)
+			for _, pid := range l.procs {
+				t.Logf("  process %d: %s", pid, cmdline(pid))
+			}
+		}
+		if p.hostIDs != nil && !startLeftovers(p, sb.ID, uid).claimed {
+			t.Errorf("round %d: the stopped sandbox lost its host id claim", i)
+		}
+		if err := p.Resume(testCtx(t), sb.ID); err != nil {
+			t.Fatalf("round %d: Resume: %v", i, err)
+		}
+		shOK(t, connectTo(t, p, sb.ID), "true")
+		fresh := create(t, p, manage.SandboxConfig{})
+		for _, id := range []string{sb.ID, fresh.ID} {
+			if err := p.Kill(testCtx(t), id); err != nil {
+				t.Fatalf("round %d: Kill: %v", i, err)
+			}
+		}
 	}
 }
