@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandbox-mcp/sandbox-mcp/internal/testenv"
 	"github.com/sandbox-mcp/sandbox-mcp/manage"
 )
 
@@ -407,4 +408,44 @@ func TestServerKilledMidStartLeavesNothing(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestHostIDAllocationFailureLeavesNothing fills a one-id range and creates
+// more sandboxes: each fails before anything started and leaves no
+// directory, hidden or not, and no claim; the sandbox that holds the id
+// keeps it, and once it is killed the next Create works.
+func TestHostIDAllocationFailureLeavesNothing(t *testing.T) {
+	testenv.RequireRoot(t)
+	requireBwrap(t)
+	ids := leakTestIDs()
+	ids.Count = 1
+	p := needBwrap(t, Config{SandboxIDs: ids})
+	holder := create(t, p, manage.SandboxConfig{})
+	claim := filepath.Join(p.hostIDs.dir, strconv.Itoa(ids.First))
+	for i := range failedStarts() {
+		var began bool
+		p.startHook = func(context.Context, startStage, string) { began = true }
+		_, err := p.Create(testCtx(t), manage.SandboxConfig{})
+		p.startHook = nil
+		if err == nil || !strings.Contains(err.Error(), "all 1 ids") || began {
+			t.Fatalf("create %d: %v (daemon started: %v); want the range exhausted, before any start", i, err, began)
+		}
+		entries, err := os.ReadDir(p.sandboxesDir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range entries {
+			if e.Name() != holder.ID && e.Name() != trashDir {
+				t.Errorf("create %d left %s in the sandboxes directory", i, e.Name())
+			}
+		}
+		if got, err := os.ReadFile(claim); err != nil || !p.hostIDs.claimedBy(string(got), holder.ID) {
+			t.Fatalf("create %d: the claim of id %d is %q, %v; want the first sandbox's", i, ids.First, got, err)
+		}
+	}
+	if err := p.Kill(testCtx(t), holder.ID); err != nil {
+		t.Fatal(err)
+	}
+	sb := create(t, p, manage.SandboxConfig{})
+	shOK(t, connectTo(t, p, sb.ID), "true")
 }
