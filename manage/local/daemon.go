@@ -38,6 +38,9 @@ type daemon struct {
 	// detached is set for a daemon that outlives this process (see
 	// detach): pid is then its keeper's.
 	detached bool
+	// hostID is the sandbox's own host uid, which only its processes run
+	// as (hostids.go); 0: it shares the provider's.
+	hostID int
 	// stopReason, when set before the daemon is killed, replaces the exit
 	// status in its detail ("daemon stopped: …").
 	stopReason atomic.Pointer[string]

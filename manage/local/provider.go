@@ -262,6 +262,10 @@ type Provider struct {
 
 	bg sync.WaitGroup // background removals
 
+	// startHook, when set (by tests only), is called at each startStage of
+	// a daemon's start, with the start's context; nil in production.
+	startHook func(ctx context.Context, stage startStage, id string)
+
 	mu      sync.Mutex
 	entries map[string]*entry
 	closed  bool

@@ -3,6 +3,7 @@
 package local
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -12,6 +13,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -38,6 +41,24 @@ type sandboxSpec struct {
 	// detached daemons outlive the server that starts them (see
 	// detach); the others die with it.
 	detached bool
+}
+
+// startStage names a point in startDaemon, for Provider.startHook.
+type startStage string
+
+// The stages of a start, in order.
+const (
+	stageBegin      startStage = "begin"      // nothing started yet
+	stageStarted    startStage = "started"    // the daemon's first process runs, no cgroup yet
+	stageRegistered startStage = "registered" // its cgroup is made, nothing moved into it
+	stageConfined   startStage = "confined"   // in its cgroup and let go; envd not ready yet
+)
+
+// atStage calls the test hook for stage of sandbox id's start, if any.
+func (p *Provider) atStage(ctx context.Context, stage startStage, id string) {
+	if p.startHook != nil {
+		p.startHook(ctx, stage, id)
+	}
 }
 
 // credFor is the credential bwrap runs as for a sandbox of spec (nil: the
@@ -77,6 +98,7 @@ func (p *Provider) startDaemon(ctx context.Context, id, dir string, spec sandbox
 			_ = lock.Close()
 		}
 	}()
+	p.atStage(ctx, stageBegin, id)
 	if err := ctx.Err(); err != nil {
 		return nil, ctxError("start sandbox "+id, err)
 	}
@@ -103,6 +125,7 @@ func (p *Provider) startDaemon(ctx context.Context, id, dir string, spec sandbox
 	d := &daemon{egress: proxy,
 		isolation: p.isolation, dir: dir, lock: lock, stderr: newTailBuffer(8 << 10),
 		done: make(chan struct{}), released: make(chan struct{}), detached: spec.detached,
+		hostID: spec.hostID,
 	}
 	var cmd *exec.Cmd
 	if p.isolation == IsolationBwrap {
@@ -134,11 +157,13 @@ func (p *Provider) startDaemon(ctx context.Context, id, dir string, spec sandbox
 		return nil, connect.NewError(connect.CodeInternal, fmt.Errorf("start sandbox %s: %w", id, err))
 	}
 	d.cmd, d.pid = cmd, cmd.Process.Pid
+	p.atStage(ctx, stageStarted, id)
 	// The cgroup is made while bwrap builds the namespaces (nothing of the
 	// sandbox runs before it is placed in it, see above).
 	if err := p.registerDaemon(ctx, id, d, spec, began); err != nil {
 		return nil, err
 	}
+	p.atStage(ctx, stageRegistered, id)
 	// From here on the waiter releases the owner lock.
 	lockHeld = false
 	// The child holds its own copies now; closing ours lets EOF on the ready
@@ -151,6 +176,7 @@ func (p *Provider) startDaemon(ctx context.Context, id, dir string, spec sandbox
 	if err != nil {
 		return nil, err
 	}
+	p.atStage(ctx, stageConfined, id)
 	if err := envdready.Wait(ctx, files.readyR); err != nil {
 		return nil, p.abortStart(ctx, id, d, "envd did not start", p.startFailure(ctx, d, err))
 	}
@@ -277,7 +303,10 @@ func (p *Provider) registerDaemon(ctx context.Context, id string, d *daemon, spe
 	cg, err := p.sandboxCgroup(ctx, id, spec)
 	if err != nil {
 		_ = d.cmd.Process.Kill()
+		sweepStart(d)
 		_ = d.cmd.Wait()
+		// A fork the process started was in flight until it was reaped.
+		sweepStart(d)
 		return connect.NewError(connect.CodeInternal, fmt.Errorf("sandbox %s: %w", id, err))
 	}
 	d.cg = cg
@@ -353,16 +382,32 @@ func (p *Provider) addToCgroup(cg *cgroup, d *daemon, more ...int) error {
 	return nil
 }
 
+// abortGrace bounds how long a start that failed, or whose ctx ended,
+// waits for its killed daemon to be reaped and cleaned up.
+const abortGrace = 10 * time.Second
+
 // abortStart stops daemon d of sandbox id, which failed to start (what
-// failed, and err why), and waits until it let go of the owner lock. The
-// waiter finishes the cleanup should ctx end first. It returns the error
-// startDaemon reports: Unavailable, or ctx's when ctx ended.
+// failed, and err why), and waits until it let go of the owner lock, even
+// once ctx ended (up to abortGrace; the waiter finishes the cleanup after
+// that): the caller deletes the sandbox directory next, which must not race
+// with the waiter's cleanup in it. It returns the error startDaemon
+// reports: Unavailable, or ctx's when ctx ended.
 func (p *Provider) abortStart(ctx context.Context, id string, d *daemon, what string, err error) error {
-	if serr := p.stopDaemon(ctx, d); serr == nil {
-		select {
-		case <-d.released:
-		case <-ctx.Done():
-		}
+	grace, cancel := context.WithTimeout(context.WithoutCancel(ctx), abortGrace)
+	defer cancel()
+	if d.alive() {
+		killProcs(d.cg, d.pid, d.isolation)
+	}
+	sweepStart(d)
+	select {
+	case <-d.done:
+		// A fork the process started was in flight until it was reaped.
+		sweepStart(d)
+	case <-grace.Done():
+	}
+	select {
+	case <-d.released:
+	case <-grace.Done():
 	}
 	if ctx.Err() != nil {
 		return ctxError("start sandbox "+id, ctx.Err())
@@ -460,4 +505,98 @@ func (p *Provider) removeStaleCgroup(ctx context.Context, id string) error {
 // cgroup (ENOENT; nobody else does while the sandbox is locked).
 func processGone(err error) bool {
 	return errors.Is(err, syscall.ESRCH) || errors.Is(err, syscall.ENODEV) || errors.Is(err, fs.ErrNotExist)
+}
+
+// sweepStart kills what is left of daemon d's start outside its cgroup. Until
+// confine moved them, the keeper's child, bwrap and the sandbox's first
+// process are in no cgroup, and killing the process started (the keeper, or
+// bwrap) does not reliably end the rest: --die-with-parent arms the
+// parent-death signal only once bwrap runs, so a process whose parent died
+// before then lives on, and then the closed block pipe lets the sandbox
+// start. Every process of a start that can fork names the sandbox directory
+// on its command line (the keeper and bwrap's two processes through bwrap's
+// arguments, an unisolated sh or envd through --root) and runs as the
+// daemon's user; envd inside bwrap dies with its pid namespace's first
+// process. Each pass kills all of them; a process forked before its parent
+// was killed is found by the next, until a pass finds none (or a few
+// seconds pass: dying processes take a moment to exit). A killed process's
+// fork may still complete until it is reaped (seen with the keeper: a
+// sweep right after its kill found nothing, one after its reaping found
+// bwrap), so callers sweep again once it was reaped. A sandbox with a
+// host id of its own is swept by that id alone: nothing else runs as it, and
+// its processes need not name anything.
+func sweepStart(d *daemon) {
+	uid := os.Geteuid()
+	if a := d.cmd.SysProcAttr; a != nil && a.Credential != nil {
+		uid = int(a.Credential.Uid)
+	}
+	sweepProcesses(d.dir, uid, d.hostID != 0 && uid == d.hostID)
+}
+
+// sweepProcesses kills, pass after pass until one finds none (or a few
+// seconds pass), the live processes running as uid that name sandbox
+// directory dir on their command line, or with byUID all those running as
+// uid (the sandbox's own host id).
+func sweepProcesses(dir string, uid int, byUID bool) {
+	var mark []byte
+	if !byUID {
+		mark = []byte(dir + "/")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), stoppingGrace)
+	defer cancel()
+	_ = poll(ctx, 50*time.Microsecond, 10*time.Millisecond, func() (bool, error) {
+		found := false
+		for _, pid := range startProcesses(uid, mark) {
+			found = true
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+		return !found, nil
+	})
+}
+
+// startProcesses lists the live (not zombie, not this) processes running as
+// uid whose command line contains mark (nil: any).
+func startProcesses(uid int, mark []byte) []int {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	var pids []int
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		if mark != nil {
+			cmdline, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+			if err != nil || !bytes.Contains(cmdline, mark) {
+				continue
+			}
+		}
+		if st, ok := readStat(pid); !ok || st.state == 'Z' || st.state == 'X' {
+			continue
+		}
+		if procUID(pid) == uid {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+// procUID is process pid's real uid (-1 when it is gone).
+func procUID(pid int) int {
+	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		return -1
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if rest, ok := strings.CutPrefix(line, "Uid:"); ok {
+			if f := strings.Fields(rest); len(f) > 0 {
+				if uid, err := strconv.Atoi(f[0]); err == nil {
+					return uid
+				}
+			}
+		}
+	}
+	return -1
 }

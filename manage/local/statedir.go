@@ -49,37 +49,60 @@ func (p *Provider) prepareStateDir(drop bool) error {
 	return nil
 }
 
-// reapLeftovers kills what a previous server left running in the cgroups of
-// this state directory's sandboxes (unisolated sandboxes' processes outlive
-// their envd), so that a stopped sandbox really runs nothing. Sandboxes that
-// another live Provider runs, or acts on right now, are left alone.
+// reapLeftovers kills what a previous server left running of this state
+// directory's sandboxes and unmounts their disk images, so that a stopped
+// sandbox really runs and holds nothing: processes in their cgroups
+// (unisolated sandboxes' processes outlive their envd), processes of a start
+// that server was killed in the middle of (not in the cgroup yet, see
+// sweepStart), and volumes its daemons' waiters never unmounted. Sandboxes
+// that another live Provider runs, or acts on right now, are left alone.
 func (p *Provider) reapLeftovers(ctx context.Context) error {
-	if p.cgroups == nil {
-		return nil
-	}
 	entries, err := os.ReadDir(p.sandboxesDir)
 	if err != nil {
 		return fmt.Errorf("local provider: state directory %s: %w", p.stateDir, err)
+	}
+	uid := os.Geteuid()
+	if p.cred != nil {
+		uid = int(p.cred.Uid)
 	}
 	for _, de := range entries {
 		id := de.Name()
 		if !validID(id) || !de.IsDir() {
 			continue
 		}
-		cg := p.cgroups.open(id)
-		if !cg.exists() {
+		dir := filepath.Join(p.sandboxesDir, id)
+		var cg *cgroup
+		if p.cgroups != nil {
+			if cg = p.cgroups.open(id); !cg.exists() {
+				cg = nil
+			}
+		}
+		sandboxUID, byUID := uid, false
+		if p.hostIDs != nil {
+			if hostID, ok := p.hostIDs.recorded(dir); ok {
+				sandboxUID, byUID = hostID, true
+			}
+		}
+		stray := len(startProcesses(sandboxUID, []byte(dir+"/"))) > 0
+		if cg == nil && !stray && !mounted(dir, filepath.Join(dir, volumeDir)) {
 			continue
 		}
-		dir := filepath.Join(p.sandboxesDir, id)
 		op, err := lockOp(ctx, dir, unix.LOCK_EX, false)
 		if err != nil {
 			continue // busy in another Provider, or killed meanwhile
 		}
 		if owner, err := takeOwnership(dir); err == nil {
-			p.log.Info("killing what a previous server left of a sandbox", "id", id, "processes", len(cg.procs()))
-			if err := cg.remove(ctx); err != nil {
-				p.log.Warn("could not remove a stale sandbox cgroup", "id", id, "error", err)
+			if cg != nil {
+				p.log.Info("killing what a previous server left of a sandbox", "id", id, "processes", len(cg.procs()))
+				if err := cg.remove(ctx); err != nil {
+					p.log.Warn("could not remove a stale sandbox cgroup", "id", id, "error", err)
+				}
 			}
+			if stray {
+				p.log.Info("killing the processes of a sandbox start a previous server did not finish", "id", id)
+				sweepProcesses(dir, sandboxUID, byUID)
+			}
+			unmountVolume(dir)
 			_ = owner.Close()
 		}
 		_ = op.Close()
