@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/sandbox-mcp/sandbox-mcp/manage/boltstore/boltstoretest"
 )
 
 // rebuiltNotice is the notice a workspace's first result
@@ -19,38 +21,8 @@ const rebuiltNotice = "The server's state file was damaged and rebuilt from the 
 // names its workspace), the workspace comes back with its files, and its
 // first result says so, once.
 func TestDamagedStateDBIsRebuilt(t *testing.T) {
-	damages := map[string]func(t *testing.T, db string){
-		"truncated": func(t *testing.T, db string) {
-			if err := os.Truncate(db, 8192); err != nil {
-				t.Fatal(err)
-			}
-		},
-		"zero length": func(t *testing.T, db string) {
-			if err := os.Truncate(db, 0); err != nil {
-				t.Fatal(err)
-			}
-		},
-		"bit-flipped": func(t *testing.T, db string) {
-			// One bit in the magic number of each of the two meta pages.
-			f, err := os.OpenFile(db, os.O_RDWR, 0)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer f.Close()
-			for _, off := range []int64{16, int64(os.Getpagesize()) + 16} {
-				b := make([]byte, 1)
-				if _, err := f.ReadAt(b, off); err != nil {
-					t.Fatal(err)
-				}
-				b[0] ^= 0x10
-				if _, err := f.WriteAt(b, off); err != nil {
-					t.Fatal(err)
-				}
-			}
-		},
-	}
-	for name, damage := range damages {
-		t.Run(name, func(t *testing.T) {
+	for _, how := range boltstoretest.Kinds {
+		t.Run(how, func(t *testing.T) {
 			n := newNewcomer(t)
 			n.mustRun(`./sandbox-mcp call --workspace keep put_files '{"files": [{"path": "kept.txt", "content": "still here"}]}'`)
 			n.mustRun(`./sandbox-mcp call --workspace other put_files '{"files": [{"path": "o.txt", "content": "other"}]}'`)
@@ -58,7 +30,7 @@ func TestDamagedStateDBIsRebuilt(t *testing.T) {
 			if fi, err := os.Stat(db); err != nil || fi.Size() <= 8192 {
 				t.Fatalf("state.db: %v, %v; want more than 8192 bytes", fi, err)
 			}
-			damage(t, db)
+			boltstoretest.Damage(t, filepath.Dir(db), how)
 			out, errs, code := n.run(`./sandbox-mcp call --workspace keep read_files '{"paths": ["kept.txt"]}'`, nil)
 			if code != 0 {
 				t.Fatalf("first call after the damage: exit %d\nstdout: %s\nstderr: %s", code, out, errs)

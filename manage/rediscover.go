@@ -47,6 +47,33 @@ type Rediscovered struct {
 	Generation int64
 }
 
+// KeepNewestGeneration clears the Key of every entry of found whose key
+// has a newer entry (a higher generation, or the same one created later):
+// only the newest is the workspace's, the others are orphans a Rediscoverer
+// leaves in place, unattributed. It returns the orphans as they were, for
+// the caller to log.
+func KeepNewestGeneration(found []Rediscovered) []Rediscovered {
+	var orphans []Rediscovered
+	newest := map[string]int{}
+	for i, r := range found {
+		if r.Key == "" {
+			continue
+		}
+		j, ok := newest[r.Key]
+		if !ok {
+			newest[r.Key] = i
+			continue
+		}
+		old := i
+		if o := found[j]; r.Generation > o.Generation || r.Generation == o.Generation && r.Sandbox.CreatedAt.After(o.Sandbox.CreatedAt) {
+			newest[r.Key], old = i, j
+		}
+		orphans = append(orphans, found[old])
+		found[old].Key = ""
+	}
+	return orphans
+}
+
 // recoverStore rebuilds the store's records from the provider's sandboxes
 // when the store replaced a damaged file since the last rebuild. It is
 // cheap when nothing was damaged, and runs before an operation first

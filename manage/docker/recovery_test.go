@@ -7,8 +7,6 @@ package docker
 
 import (
 	"context"
-	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"testing"
@@ -18,43 +16,9 @@ import (
 	"github.com/sandbox-mcp/sandbox-mcp/envd/envdclient"
 	"github.com/sandbox-mcp/sandbox-mcp/manage"
 	"github.com/sandbox-mcp/sandbox-mcp/manage/boltstore"
+	"github.com/sandbox-mcp/sandbox-mcp/manage/boltstore/boltstoretest"
 	"github.com/sandbox-mcp/sandbox-mcp/manage/docker/dockertest"
 )
-
-// damageStoreFile damages the bolt file in dir: "truncated" cuts it to
-// 8192 bytes, "bit-flipped" flips one bit in the magic number of each of
-// its two meta pages.
-func damageStoreFile(t *testing.T, dir, how string) {
-	t.Helper()
-	db := filepath.Join(dir, boltstore.FileName)
-	if fi, err := os.Stat(db); err != nil || fi.Size() <= 8192 {
-		t.Fatalf("%s: %v, %v; want more than 8192 bytes", db, fi, err)
-	}
-	switch how {
-	case "truncated":
-		if err := os.Truncate(db, 8192); err != nil {
-			t.Fatal(err)
-		}
-	case "bit-flipped":
-		f, err := os.OpenFile(db, os.O_RDWR, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer f.Close()
-		for _, off := range []int64{16, int64(os.Getpagesize()) + 16} {
-			b := make([]byte, 1)
-			if _, err := f.ReadAt(b, off); err != nil {
-				t.Fatal(err)
-			}
-			b[0] ^= 0x10
-			if _, err := f.WriteAt(b, off); err != nil {
-				t.Fatal(err)
-			}
-		}
-	default:
-		t.Fatalf("no damage %q", how)
-	}
-}
 
 // openStore opens the bolt store in dir, closed when the test ends.
 func openStore(t *testing.T, dir string) *boltstore.Store {
@@ -118,7 +82,7 @@ func TestDamagedStoreRebuiltFromContainers(t *testing.T) {
 			if err := store.Close(); err != nil {
 				t.Fatal(err)
 			}
-			damageStoreFile(t, dir, how)
+			boltstoretest.Damage(t, dir, how)
 
 			// Someone else's container with the sandbox's labels copied,
 			// under another name.
@@ -249,7 +213,7 @@ func TestDamagedStoreContainerGoneVolumeKept(t *testing.T) {
 	if err := store.Close(); err != nil {
 		t.Fatal(err)
 	}
-	damageStoreFile(t, dir, "truncated")
+	boltstoretest.Damage(t, dir, "truncated")
 	if err := cli.ContainerRemove(ctx, containerName(id), container.RemoveOptions{Force: true}); err != nil {
 		t.Fatal(err)
 	}

@@ -36,7 +36,9 @@ func (p *Provider) Rediscover(ctx context.Context) ([]manage.Rediscovered, error
 		}
 		out = append(out, r)
 	}
-	keepNewestGeneration(p, out)
+	for _, old := range manage.KeepNewestGeneration(out) {
+		p.log.Warn("docker sandbox is an older sandbox of a workspace that has a newer one; left in place, unattributed", "id", old.Sandbox.ID, "generation", old.Generation)
+	}
 	return out, nil
 }
 
@@ -59,28 +61,4 @@ func (p *Provider) attribution(c container.Summary) (key string, named bool, gen
 		return "", false, 0, "its volume record " + strconv.Quote(vol) + " is not its key's volume"
 	}
 	return key, named, gen, ""
-}
-
-// keepNewestGeneration clears the Key of every entry of a key that has an
-// entry of a newer generation (or of the same generation, created later):
-// only the newest is the workspace's, the others are orphans to leave in
-// place.
-func keepNewestGeneration(p *Provider, found []manage.Rediscovered) {
-	newest := map[string]int{}
-	for i, r := range found {
-		if r.Key == "" {
-			continue
-		}
-		j, ok := newest[r.Key]
-		if !ok {
-			newest[r.Key] = i
-			continue
-		}
-		old := i
-		if o := found[j]; r.Generation > o.Generation || r.Generation == o.Generation && r.Sandbox.CreatedAt.After(o.Sandbox.CreatedAt) {
-			newest[r.Key], old = i, j
-		}
-		p.log.Warn("docker sandbox is an older sandbox of a workspace that has a newer one; left in place, unattributed", "id", found[old].Sandbox.ID, "generation", found[old].Generation)
-		found[old].Key = ""
-	}
 }

@@ -38,7 +38,9 @@ func (p *Provider) Rediscover(ctx context.Context) ([]manage.Rediscovered, error
 		}
 		out = append(out, r)
 	}
-	keepNewestGeneration(p, out)
+	for _, old := range manage.KeepNewestGeneration(out) {
+		p.log.Warn("e2b sandbox is an older sandbox of a workspace that has a newer one; left in place, unattributed", "id", old.Sandbox.ID, "generation", old.Generation)
+	}
 	return out, nil
 }
 
@@ -58,28 +60,4 @@ func attribution(s e2bapi.ListedSandbox) (key string, named bool, gen int64, why
 		return "", false, 0, "no valid " + MetaGeneration + " metadata"
 	}
 	return key, named, gen, ""
-}
-
-// keepNewestGeneration clears the Key of every entry of a key that has an
-// entry of a newer generation (or of the same generation, started later):
-// only the newest is the workspace's, the others are orphans to leave in
-// place.
-func keepNewestGeneration(p *Provider, found []manage.Rediscovered) {
-	newest := map[string]int{}
-	for i, r := range found {
-		if r.Key == "" {
-			continue
-		}
-		j, ok := newest[r.Key]
-		if !ok {
-			newest[r.Key] = i
-			continue
-		}
-		old := i
-		if o := found[j]; r.Generation > o.Generation || r.Generation == o.Generation && r.Sandbox.CreatedAt.After(o.Sandbox.CreatedAt) {
-			newest[r.Key], old = i, j
-		}
-		p.log.Warn("e2b sandbox is an older sandbox of a workspace that has a newer one; left in place, unattributed", "id", found[old].Sandbox.ID, "generation", found[old].Generation)
-		found[old].Key = ""
-	}
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/sandbox-mcp/sandbox-mcp/internal/testenv"
 	"github.com/sandbox-mcp/sandbox-mcp/manage"
 	"github.com/sandbox-mcp/sandbox-mcp/manage/boltstore"
+	"github.com/sandbox-mcp/sandbox-mcp/manage/boltstore/boltstoretest"
 	"github.com/sandbox-mcp/sandbox-mcp/manage/e2bapi"
 	"github.com/sandbox-mcp/sandbox-mcp/manage/e2bserver"
 	"github.com/sandbox-mcp/sandbox-mcp/manage/local"
@@ -58,41 +59,6 @@ func e2bServer(t *testing.T) string {
 		_ = os.RemoveAll(dir)
 	})
 	return hs.URL
-}
-
-// damageStoreFile damages the bolt file in dir: "truncated" cuts it to
-// 8192 bytes, "bit-flipped" flips one bit in the magic number of each of
-// its two meta pages.
-func damageStoreFile(t *testing.T, dir, how string) {
-	t.Helper()
-	db := filepath.Join(dir, boltstore.FileName)
-	if fi, err := os.Stat(db); err != nil || fi.Size() <= 8192 {
-		t.Fatalf("%s: %v, %v; want more than 8192 bytes", db, fi, err)
-	}
-	switch how {
-	case "truncated":
-		if err := os.Truncate(db, 8192); err != nil {
-			t.Fatal(err)
-		}
-	case "bit-flipped":
-		f, err := os.OpenFile(db, os.O_RDWR, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer f.Close()
-		for _, off := range []int64{16, int64(os.Getpagesize()) + 16} {
-			b := make([]byte, 1)
-			if _, err := f.ReadAt(b, off); err != nil {
-				t.Fatal(err)
-			}
-			b[0] ^= 0x10
-			if _, err := f.WriteAt(b, off); err != nil {
-				t.Fatal(err)
-			}
-		}
-	default:
-		t.Fatalf("no damage %q", how)
-	}
 }
 
 // startManager runs a Manager on p and a bolt store in dir; both end when
@@ -162,7 +128,7 @@ func TestDamagedStoreRebuiltFromE2B(t *testing.T) {
 			if err := store.Close(); err != nil {
 				t.Fatal(err)
 			}
-			damageStoreFile(t, dir, how)
+			boltstoretest.Damage(t, dir, how)
 
 			found, err := p.Rediscover(ctx)
 			if err != nil {
