@@ -3,6 +3,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"net/http"
@@ -79,6 +80,10 @@ func TestREADMECommands(t *testing.T) {
 				build := exec.Command("bash", "-c", "go build -o "+filepath.Join(n.dir, "built")+" .")
 				if out, err := build.CombinedOutput(); err != nil {
 					t.Fatalf("go build: %v\n%s", err, out)
+				}
+				// A build as users make it carries none of the test faults.
+				if bin, err := os.ReadFile(filepath.Join(n.dir, "built")); err != nil || bytes.Contains(bin, []byte("SANDBOX_MCP_TEST_")) {
+					t.Errorf("the binary built as the README says (%v) holds a SANDBOX_MCP_TEST_ hook; they belong behind -tags testhooks", err)
 				}
 				n.mustRun(strings.Replace(cmd, "go build -o sandbox-mcp . && ", "", 1) + " < /dev/null")
 			case cmd == "scripts/test":

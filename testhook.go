@@ -1,3 +1,5 @@
+//go:build testhooks
+
 package main
 
 import (
@@ -9,15 +11,6 @@ import (
 
 	"github.com/sandbox-mcp/sandbox-mcp/manage"
 )
-
-// testHoldLockEnv names the test-only hook that makes a replica die
-// deterministically while it holds a creation lock (replicas_test.go): set
-// to a file path, the first `serve` process, of all given the same path, to
-// take a creation lock creates that file, logs "test hook: holding the
-// creation lock" and then never returns from Lock, keeping the lock renewed
-// until the process is killed. Processes that find the file already there
-// are unaffected. Never set it outside tests.
-const testHoldLockEnv = "SANDBOX_MCP_TEST_HOLD_CREATION_LOCK"
 
 // withTestHoldLock returns store, wrapped by the hook of testHoldLockEnv
 // when that variable is set.

@@ -125,9 +125,10 @@ func Binary(t testing.TB) string {
 	return path
 }
 
-// BuildBinary builds the sandbox-mcp command once per test process and
-// returns its path; every later call returns the same result. Tests call
-// [Binary]; BuildBinary is for TestMain, where there is no testing.TB.
+// BuildBinary builds the sandbox-mcp command, with the test hooks (build
+// tag testhooks), once per test process and returns its path; every later
+// call returns the same result. Tests call [Binary]; BuildBinary is for
+// TestMain, where there is no testing.TB.
 //
 // Test binaries have no global cleanup, so builds do not go to a temporary
 // directory per process (which would never be removed) but to one cache
@@ -138,7 +139,9 @@ func Binary(t testing.TB) string {
 func BuildBinary() (string, error) {
 	buildOnce.Do(func() {
 		buildPath, buildErr = build("sandbox-mcp", func(out string) error {
-			return goBuild(nil, "-o", out, "github.com/sandbox-mcp/sandbox-mcp")
+			// testhooks: the faults tests of the binary set off through
+			// the environment (SANDBOX_MCP_TEST_*), absent from releases.
+			return goBuild(nil, "-tags", "testhooks", "-o", out, "github.com/sandbox-mcp/sandbox-mcp")
 		})
 	})
 	return buildPath, buildErr
