@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -167,12 +168,31 @@ func (c *cgroup) add(pids ...int) error {
 	return nil
 }
 
+// addMissing moves process pid into the cgroup's directories that do not
+// list it yet (a process forked in the cgroup lists in all of them).
+func (c *cgroup) addMissing(pid int) error {
+	for _, d := range c.dirs {
+		if slices.Contains(procsIn(d), pid) {
+			continue
+		}
+		if err := writeFile(filepath.Join(d, "cgroup.procs"), strconv.Itoa(pid)); err != nil {
+			return fmt.Errorf("move pid %d into cgroup %s: %w", pid, d, err)
+		}
+	}
+	return nil
+}
+
 // procs lists the processes in the cgroup.
 func (c *cgroup) procs() []int {
 	if len(c.dirs) == 0 {
 		return nil
 	}
-	data, err := os.ReadFile(filepath.Join(c.dirs[0], "cgroup.procs"))
+	return procsIn(c.dirs[0])
+}
+
+// procsIn lists the processes in cgroup directory dir.
+func procsIn(dir string) []int {
+	data, err := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
 	if err != nil {
 		return nil
 	}

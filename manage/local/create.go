@@ -139,10 +139,20 @@ func (p *Provider) makeDir(ctx context.Context, id string, meta metadata, spec *
 	if owner, err = filelock.TryLock(filepath.Join(tmp, ownerLockFile), unix.LOCK_EX); err != nil {
 		return op, nil, err
 	}
+	// The host id (a scan of every process under the allocation lock) and
+	// the disk image (a copy and a mount) touch different files of tmp:
+	// they are made at the same time.
+	type allocation struct {
+		uid int
+		err error
+	}
+	var allocated chan allocation
 	if p.hostIDs != nil {
-		if spec.hostID, err = p.hostIDs.allocate(ctx, id, tmp); err != nil {
-			return op, owner, err
-		}
+		allocated = make(chan allocation, 1)
+		go func() {
+			uid, err := p.hostIDs.allocate(ctx, id, tmp)
+			allocated <- allocation{uid, err}
+		}()
 	}
 	if p.disk != nil {
 		if derr := p.disk.create(ctx, tmp); derr != nil {
@@ -151,6 +161,12 @@ func (p *Provider) makeDir(ctx context.Context, id string, meta metadata, spec *
 			unmountVolume(tmp)
 			_ = os.Remove(filepath.Join(tmp, volumeDir))
 			_ = os.Remove(filepath.Join(tmp, diskImageFile))
+		}
+	}
+	if allocated != nil {
+		a := <-allocated
+		if spec.hostID, err = a.uid, a.err; err != nil {
+			return op, owner, err
 		}
 	}
 	if err = p.prepareSubdirs(tmp, p.ownerFor(*spec)); err != nil {

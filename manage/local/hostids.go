@@ -3,6 +3,7 @@
 package local
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -274,32 +275,41 @@ func (h *hostIDs) release(ctx context.Context, id, dir string) {
 // processIDs are the uids and gids (real, effective, saved, filesystem) of
 // the processes on the host: live the ones of running processes, all those
 // of zombies too (they run nothing, but hold their share of their uid's
-// process count until they are reaped).
+// process count until they are reaped). Each status file is read into one
+// reused buffer and only its State, Uid and Gid lines are parsed: the scan
+// runs under the allocation lock on every Create.
 func processIDs() (live, all map[int]bool) {
 	live, all = map[int]bool{}, map[int]bool{}
-	entries, err := os.ReadDir("/proc")
+	proc, err := os.Open("/proc")
 	if err != nil {
 		return live, all
 	}
-	for _, e := range entries {
-		if e.Name()[0] < '0' || e.Name()[0] > '9' {
+	names, err := proc.Readdirnames(-1)
+	_ = proc.Close()
+	if err != nil {
+		return live, all
+	}
+	buf := make([]byte, 8<<10)
+	for _, name := range names {
+		if name[0] < '0' || name[0] > '9' {
 			continue
 		}
-		data, err := os.ReadFile(filepath.Join("/proc", e.Name(), "status"))
-		if err != nil {
+		var data []byte
+		if data, buf, err = readSmallFile("/proc/"+name+"/status", buf); err != nil {
 			continue
 		}
-		zombie := strings.Contains(string(data), "\nState:\tZ")
-		for _, line := range strings.Split(string(data), "\n") {
-			rest, ok := strings.CutPrefix(line, "Uid:")
-			if !ok {
-				rest, ok = strings.CutPrefix(line, "Gid:")
-			}
-			if !ok {
+		zombie := bytes.Contains(data, []byte("\nState:\tZ"))
+		for _, key := range [][]byte{[]byte("\nUid:"), []byte("\nGid:")} {
+			i := bytes.Index(data, key)
+			if i < 0 {
 				continue
 			}
-			for _, f := range strings.Fields(rest) {
-				if n, err := strconv.Atoi(f); err == nil {
+			line := data[i+len(key):]
+			if end := bytes.IndexByte(line, '\n'); end >= 0 {
+				line = line[:end]
+			}
+			for _, f := range bytes.Fields(line) {
+				if n, err := strconv.Atoi(string(f)); err == nil {
 					all[n] = true
 					if !zombie {
 						live[n] = true
@@ -309,6 +319,33 @@ func processIDs() (live, all map[int]bool) {
 		}
 	}
 	return live, all
+}
+
+// readSmallFile reads the whole file at path into buf, grown when it is
+// too short, and returns the content and the buffer to reuse.
+func readSmallFile(path string, buf []byte) (data, grown []byte, err error) {
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, buf, err
+	}
+	defer func() { _ = unix.Close(fd) }()
+	n := 0
+	for {
+		if n == len(buf) {
+			buf = append(buf, make([]byte, len(buf))...)
+		}
+		m, err := unix.Read(fd, buf[n:])
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil {
+			return nil, buf, err
+		}
+		if m == 0 {
+			return buf[:n], buf, nil
+		}
+		n += m
+	}
 }
 
 // chownTree gives every file under root (not following symlinks) to

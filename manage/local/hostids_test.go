@@ -144,3 +144,46 @@ func TestHostIDsSkipUnreapedZombies(t *testing.T) {
 		t.Fatalf("with the range otherwise taken, allocated host id %d; want the zombie's %d", uid2, zombieUID)
 	}
 }
+
+// TestProcessIDsSeeOtherUsers checks that the scan behind the host-id
+// allocation sees a process another user runs with a uid and a gid of the
+// range (distinct ones, so each is found on its own line).
+func TestProcessIDsSeeOtherUsers(t *testing.T) {
+	testenv.RequireRoot(t)
+	const uid, gid = 1879300001, 1879300002
+	cmd := exec.Command("sleep", "60")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uid, Gid: gid, Groups: []uint32{}}}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
+	live, all := processIDs()
+	for _, id := range []int{uid, gid, os.Getuid(), os.Getgid()} {
+		if !live[id] || !all[id] {
+			t.Errorf("id %d of a running process: live %v, all %v; want both", id, live[id], all[id])
+		}
+	}
+}
+
+// TestReadSmallFileGrows checks that a file longer than the buffer is read
+// whole.
+func TestReadSmallFileGrows(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "f")
+	want := make([]byte, 5000)
+	for i := range want {
+		want[i] = byte('a' + i%26)
+	}
+	if err := os.WriteFile(path, want, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	got, _, err := readSmallFile(path, make([]byte, 16))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(got) != string(want) {
+		t.Fatalf("read %d bytes, want the %d written", len(got), len(want))
+	}
+}

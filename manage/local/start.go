@@ -187,13 +187,18 @@ func (p *Provider) startDaemon(ctx context.Context, id, dir string, spec sandbox
 
 // startFiles are the descriptors a starting daemon inherits and the
 // server's ends of its pipes: the listening control socket, the ready pipe
-// envd reports on and, under bwrap only, bwrap's --info-fd and --block-fd
-// pipes (nil without bwrap).
+// envd reports on and, under bwrap only, bwrap's --info-fd, --block-fd and
+// --args pipes (nil without bwrap).
 type startFiles struct {
 	listener       *os.File
 	readyR, readyW *os.File
 	infoR, infoW   *os.File
 	blockR, blockW *os.File
+	// argsR is bwrap's --args descriptor: bwrap reads it to EOF (no
+	// arguments come) before it forks the sandbox's first process, so
+	// until argsW is closed bwrap is one process, and the child it forks
+	// once moved into the cgroup starts there.
+	argsR, argsW *os.File
 	// seccomp is the filter bwrap reads from --seccomp (nil without bwrap
 	// or without a filter for this architecture).
 	seccomp *os.File
@@ -220,7 +225,9 @@ func openStartFiles(id, dir string, bwrap bool) (*startFiles, error) {
 	f := &startFiles{listener: listener, seccomp: filter}
 	if f.readyR, f.readyW, err = os.Pipe(); err == nil && bwrap {
 		if f.infoR, f.infoW, err = os.Pipe(); err == nil {
-			f.blockR, f.blockW, err = os.Pipe()
+			if f.blockR, f.blockW, err = os.Pipe(); err == nil {
+				f.argsR, f.argsW, err = os.Pipe()
+			}
 		}
 	}
 	if err != nil {
@@ -232,9 +239,9 @@ func openStartFiles(id, dir string, bwrap bool) (*startFiles, error) {
 
 // closeChildEnds closes the server's copies of the files the started daemon
 // inherited: the listener and the ends of the pipes the daemon uses. The
-// server keeps readyR, infoR and blockW.
+// server keeps readyR, infoR, blockW and argsW.
 func (f *startFiles) closeChildEnds() {
-	for _, c := range []*os.File{f.readyW, f.listener, f.infoW, f.blockR, f.seccomp} {
+	for _, c := range []*os.File{f.readyW, f.listener, f.infoW, f.blockR, f.argsR, f.seccomp} {
 		if c != nil {
 			_ = c.Close()
 		}
@@ -243,7 +250,7 @@ func (f *startFiles) closeChildEnds() {
 
 // close closes every file; closing one closed already does nothing.
 func (f *startFiles) close() {
-	for _, c := range []*os.File{f.readyR, f.readyW, f.listener, f.infoR, f.infoW, f.blockR, f.blockW, f.seccomp} {
+	for _, c := range []*os.File{f.readyR, f.readyW, f.listener, f.infoR, f.infoW, f.blockR, f.blockW, f.argsR, f.argsW, f.seccomp} {
 		if c != nil {
 			_ = c.Close()
 		}
@@ -252,21 +259,25 @@ func (f *startFiles) close() {
 
 // bwrapCommand is the command that runs sandbox id's envd under bwrap, which
 // inherits the ready, info and block pipes, the listener (descriptors 3
-// to 6, see bwrapListenFD) and the seccomp filter (7, see bwrapSeccompFD). With p.prlimit bwrap runs directly and
+// to 6, see bwrapListenFD), the seccomp filter (7, see bwrapSeccompFD) and
+// then the args pipe (--args, first of its options). With p.prlimit bwrap runs directly and
 // startDaemon sets the rlimits on the sandbox's first process; otherwise sh
 // sets them before it execs bwrap.
 func (p *Provider) bwrapCommand(id, dir, envdPath string, spec sandboxSpec, f *startFiles) *exec.Cmd {
 	var cmd *exec.Cmd
-	args := p.bwrapArgs(id, dir, envdPath, spec, f.seccomp != nil)
+	files := []*os.File{f.readyW, f.infoW, f.blockR, f.listener}
+	if f.seccomp != nil {
+		files = append(files, f.seccomp)
+	}
+	// bwrap reads --args where it stands: first, before anything else.
+	args := append([]string{"--args", strconv.Itoa(3 + len(files))}, p.bwrapArgs(id, dir, envdPath, spec, f.seccomp != nil)...)
+	files = append(files, f.argsR)
 	if p.prlimit {
 		cmd = exec.Command(p.bwrapPath, args...)
 	} else {
 		cmd = exec.Command("/bin/sh", rlimitArgs(spec, p.bwrapPath, args)...)
 	}
-	cmd.ExtraFiles = []*os.File{f.readyW, f.infoW, f.blockR, f.listener}
-	if f.seccomp != nil {
-		cmd.ExtraFiles = append(cmd.ExtraFiles, f.seccomp)
-	}
+	cmd.ExtraFiles = files
 	cmd.Dir = "/"
 	cmd.Env = []string{}
 	// bwrap --die-with-parent ties the sandbox to this process (see
@@ -327,9 +338,13 @@ func (p *Provider) registerDaemon(ctx context.Context, id string, d *daemon, spe
 }
 
 // confine puts the started daemon d of sandbox id into its cgroup. Under
-// bwrap it learns the sandbox's first process from the info pipe, moves both
-// of bwrap's processes into the cgroup, sets the rlimits with prlimit(2)
-// when p.prlimit, and then lets the sandbox start by closing the block pipe;
+// bwrap it moves bwrap into the cgroup while bwrap waits on its args pipe,
+// then closes that pipe, so the sandbox's first process, forked next,
+// starts in the cgroup: one process moved instead of two, while bwrap
+// loads. It learns that process from the info pipe, moves it into any
+// cgroup directory that does not list it (none: checked, not assumed),
+// sets the rlimits with prlimit(2) when p.prlimit, and then lets the
+// sandbox start by closing the block pipe;
 // held is how long since began bwrap held it (0 without bwrap). On failure
 // the daemon is stopped and the error is abortStart's.
 func (p *Provider) confine(ctx context.Context, id string, d *daemon, spec sandboxSpec, f *startFiles, began time.Time) (held time.Duration, err error) {
@@ -342,14 +357,20 @@ func (p *Provider) confine(ctx context.Context, id string, d *daemon, spec sandb
 		}
 		return 0, nil
 	}
+	// A sandbox that died already is not an error here: the ready pipe
+	// reports how it died.
+	if cg != nil {
+		if err := p.addToCgroup(cg, d); err != nil {
+			return 0, p.abortStart(ctx, id, d, "cgroup", err)
+		}
+	}
+	_ = f.argsW.Close() // EOF on the args fd lets bwrap go on
 	child, err := readInfo(ctx, f.infoR)
 	if err != nil {
 		return 0, p.abortStart(ctx, id, d, "bwrap did not start the sandbox", p.startFailure(ctx, d, err))
 	}
-	// A sandbox that died already is not an error here: the ready pipe
-	// reports how it died.
 	if cg != nil {
-		if err := p.addToCgroup(cg, d, child); err != nil {
+		if err := cg.addMissing(child); err != nil && !processGone(err) {
 			return 0, p.abortStart(ctx, id, d, "cgroup", err)
 		}
 	}
