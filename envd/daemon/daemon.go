@@ -98,7 +98,8 @@ func New(cfg Config) (*Daemon, error) {
 func (d *Daemon) Handler() http.Handler { return d.handler }
 
 // Serve accepts connections on ln (HTTP/1.1 and unencrypted HTTP/2) until
-// Shutdown or Close. It returns nil after a shutdown.
+// Shutdown or Close. It returns nil after a shutdown, and
+// http.ErrServerClosed (closing ln) when called after one.
 func (d *Daemon) Serve(ln net.Listener) error {
 	srv := &http.Server{
 		Handler: d.handler,
@@ -121,6 +122,7 @@ func (d *Daemon) Serve(ln net.Listener) error {
 	d.mu.Lock()
 	if d.closed {
 		d.mu.Unlock()
+		_ = ln.Close() // as http.Server.Serve does when it returns
 		return http.ErrServerClosed
 	}
 	d.servers = append(d.servers, srv)
@@ -343,7 +345,9 @@ func Run(ctx context.Context, cfg Config, addr string, ready io.Writer) error {
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	err = d.Shutdown(shutdownCtx)
-	if serveErr := <-errc; serveErr != nil && err == nil {
+	// ErrServerClosed: the shutdown came before the goroutine got to
+	// Serve (a SIGTERM right after the ready line).
+	if serveErr := <-errc; serveErr != nil && !errors.Is(serveErr, http.ErrServerClosed) && err == nil {
 		err = serveErr
 	}
 	return err

@@ -360,3 +360,17 @@ func TestCloseEndsStreams(t *testing.T) {
 		t.Fatalf("Serve after Close = %v, want http.ErrServerClosed", err)
 	}
 }
+
+// A shutdown that comes right after the ready line, before the goroutine
+// serving the listener got to run, is a clean shutdown (the lean envd
+// exited 1 with "http: Server closed" on a SIGTERM that early).
+func TestRunStoppedAtOnceIsClean(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	for i := range 50 {
+		if err := daemon.Run(ctx, daemon.Config{Root: t.TempDir(), Logger: quiet}, "127.0.0.1:0", nil); err != nil {
+			t.Fatalf("run %d: Run with its context already ended = %v; want nil", i, err)
+		}
+	}
+}
