@@ -3,18 +3,14 @@
 package local
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"syscall"
 	"time"
 
@@ -185,127 +181,6 @@ func (p *Provider) startDaemon(ctx context.Context, id, dir string, spec sandbox
 	return d, nil
 }
 
-// startFiles are the descriptors a starting daemon inherits and the
-// server's ends of its pipes: the listening control socket, the ready pipe
-// envd reports on and, under bwrap only, bwrap's --info-fd, --block-fd and
-// --args pipes (nil without bwrap).
-type startFiles struct {
-	listener       *os.File
-	readyR, readyW *os.File
-	infoR, infoW   *os.File
-	blockR, blockW *os.File
-	// argsR is bwrap's --args descriptor: bwrap reads it to EOF (no
-	// arguments come) before it forks the sandbox's first process, so
-	// until argsW is closed bwrap is one process, and the child it forks
-	// once moved into the cgroup starts there.
-	argsR, argsW *os.File
-	// seccomp is the filter bwrap reads from --seccomp (nil without bwrap
-	// or without a filter for this architecture).
-	seccomp *os.File
-}
-
-// openStartFiles makes the control socket in sandbox id's directory dir and
-// the ready pipe, and with bwrap also the info and block pipes. On error
-// whatever it made is closed again.
-func openStartFiles(id, dir string, bwrap bool) (*startFiles, error) {
-	var filter *os.File
-	if bwrap {
-		var err error
-		if filter, err = seccompFile(); err != nil {
-			return nil, connect.NewError(connect.CodeInternal, fmt.Errorf("start sandbox %s: %w", id, err))
-		}
-	}
-	listener, err := listenControlSocket(dir)
-	if err != nil {
-		if filter != nil {
-			_ = filter.Close()
-		}
-		return nil, connect.NewError(connect.CodeInternal, fmt.Errorf("start sandbox %s: envd socket: %w", id, err))
-	}
-	f := &startFiles{listener: listener, seccomp: filter}
-	if f.readyR, f.readyW, err = os.Pipe(); err == nil && bwrap {
-		if f.infoR, f.infoW, err = os.Pipe(); err == nil {
-			if f.blockR, f.blockW, err = os.Pipe(); err == nil {
-				f.argsR, f.argsW, err = os.Pipe()
-			}
-		}
-	}
-	if err != nil {
-		f.close()
-		return nil, connect.NewError(connect.CodeInternal, err)
-	}
-	return f, nil
-}
-
-// closeChildEnds closes the server's copies of the files the started daemon
-// inherited: the listener and the ends of the pipes the daemon uses. The
-// server keeps readyR, infoR, blockW and argsW.
-func (f *startFiles) closeChildEnds() {
-	for _, c := range []*os.File{f.readyW, f.listener, f.infoW, f.blockR, f.argsR, f.seccomp} {
-		if c != nil {
-			_ = c.Close()
-		}
-	}
-}
-
-// close closes every file; closing one closed already does nothing.
-func (f *startFiles) close() {
-	for _, c := range []*os.File{f.readyR, f.readyW, f.listener, f.infoR, f.infoW, f.blockR, f.blockW, f.argsR, f.argsW, f.seccomp} {
-		if c != nil {
-			_ = c.Close()
-		}
-	}
-}
-
-// bwrapCommand is the command that runs sandbox id's envd under bwrap, which
-// inherits the ready, info and block pipes, the listener (descriptors 3
-// to 6, see bwrapListenFD), the seccomp filter (7, see bwrapSeccompFD) and
-// then the args pipe (--args, first of its options). With p.prlimit bwrap runs directly and
-// startDaemon sets the rlimits on the sandbox's first process; otherwise sh
-// sets them before it execs bwrap.
-func (p *Provider) bwrapCommand(id, dir, envdPath string, spec sandboxSpec, f *startFiles) *exec.Cmd {
-	var cmd *exec.Cmd
-	files := []*os.File{f.readyW, f.infoW, f.blockR, f.listener}
-	if f.seccomp != nil {
-		files = append(files, f.seccomp)
-	}
-	// bwrap reads --args where it stands: first, before anything else.
-	args := append([]string{"--args", strconv.Itoa(3 + len(files))}, p.bwrapArgs(id, dir, envdPath, spec, f.seccomp != nil)...)
-	files = append(files, f.argsR)
-	if p.prlimit {
-		cmd = exec.Command(p.bwrapPath, args...)
-	} else {
-		cmd = exec.Command("/bin/sh", rlimitArgs(spec, p.bwrapPath, args)...)
-	}
-	cmd.ExtraFiles = files
-	cmd.Dir = "/"
-	cmd.Env = []string{}
-	// bwrap --die-with-parent ties the sandbox to this process (see
-	// the package comment on threads), or to its keeper when detached.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Credential: p.credFor(spec)}
-	return cmd
-}
-
-// unisolatedCommand is the command that runs the envd of the sandbox in dir
-// without isolation: sh sets the rlimits and execs envd, which inherits the
-// ready pipe and the listener (descriptors 3 and 4, see plainListenFD), runs
-// in the workspace and dies with the server (parent-death signal) unless
-// detached.
-func unisolatedCommand(dir, envdPath string, spec sandboxSpec, f *startFiles) *exec.Cmd {
-	ws := filepath.Join(dir, "workspace")
-	// Go programs restore the NOFILE soft limit they started with in
-	// every child they spawn, so a limit set on envd once it runs would
-	// not reach its children: envd must start with it.
-	cmd := exec.Command("/bin/sh", rlimitArgs(spec, envdPath, envdArgs(fmt.Sprintf("fd:%d", plainListenFD), ws, filepath.Join(dir, "tmp"), true, spec.env))...)
-	cmd.ExtraFiles = []*os.File{f.readyW, f.listener}
-	cmd.Dir = ws
-	for _, kv := range sandboxEnv(ws, filepath.Join(dir, "tmp")) {
-		cmd.Env = append(cmd.Env, kv[0]+"="+kv[1])
-	}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	return cmd
-}
-
 // registerDaemon makes the cgroup of sandbox id's just started daemon d
 // (nil without cgroups) and records the daemon (daemon.json) for other
 // Providers; began is when it was started. When the cgroup cannot be made
@@ -403,60 +278,6 @@ func (p *Provider) addToCgroup(cg *cgroup, d *daemon, more ...int) error {
 	return nil
 }
 
-// abortGrace bounds how long a start that failed, or whose ctx ended,
-// waits for its killed daemon to be reaped and cleaned up.
-const abortGrace = 10 * time.Second
-
-// abortStart stops daemon d of sandbox id, which failed to start (what
-// failed, and err why), and waits until it let go of the owner lock, even
-// once ctx ended (up to abortGrace; the waiter finishes the cleanup after
-// that): the caller deletes the sandbox directory next, which must not race
-// with the waiter's cleanup in it. It returns the error startDaemon
-// reports: Unavailable, or ctx's when ctx ended.
-func (p *Provider) abortStart(ctx context.Context, id string, d *daemon, what string, err error) error {
-	grace, cancel := context.WithTimeout(context.WithoutCancel(ctx), abortGrace)
-	defer cancel()
-	if d.alive() {
-		killProcs(d.cg, d.pid, d.isolation)
-	}
-	sweepStart(d)
-	select {
-	case <-d.done:
-		// A fork the process started was in flight until it was reaped.
-		sweepStart(d)
-	case <-grace.Done():
-	}
-	select {
-	case <-d.released:
-	case <-grace.Done():
-	}
-	if ctx.Err() != nil {
-		return ctxError("start sandbox "+id, ctx.Err())
-	}
-	return connect.NewError(connect.CodeUnavailable, fmt.Errorf("start sandbox %s: %s: %w", id, what, err))
-}
-
-// startFailure explains a daemon that went away during start: its exit
-// status and the tail of its output, once it has exited (bounded by ctx).
-func (p *Provider) startFailure(ctx context.Context, d *daemon, cause error) error {
-	if ctx.Err() != nil {
-		return cause
-	}
-	if !errors.Is(cause, io.EOF) && !errors.Is(cause, io.ErrUnexpectedEOF) {
-		return cause
-	}
-	select {
-	case <-d.done:
-	case <-ctx.Done():
-		return cause
-	}
-	tail := d.output()
-	if tail == "" {
-		return fmt.Errorf("exited with %s and wrote nothing", describeExit(d.exitErr, d.isolation, d.detached))
-	}
-	return fmt.Errorf("exited with %s: %s", describeExit(d.exitErr, d.isolation, d.detached), tail)
-}
-
 // readInfo reads bwrap's --info-fd document and returns the sandbox's first
 // process (its pid 1, in this pid namespace's numbering).
 func readInfo(ctx context.Context, r *os.File) (int, error) {
@@ -526,98 +347,4 @@ func (p *Provider) removeStaleCgroup(ctx context.Context, id string) error {
 // cgroup (ENOENT; nobody else does while the sandbox is locked).
 func processGone(err error) bool {
 	return errors.Is(err, syscall.ESRCH) || errors.Is(err, syscall.ENODEV) || errors.Is(err, fs.ErrNotExist)
-}
-
-// sweepStart kills what is left of daemon d's start outside its cgroup. Until
-// confine moved them, the keeper's child, bwrap and the sandbox's first
-// process are in no cgroup, and killing the process started (the keeper, or
-// bwrap) does not reliably end the rest: --die-with-parent arms the
-// parent-death signal only once bwrap runs, so a process whose parent died
-// before then lives on, and then the closed block pipe lets the sandbox
-// start. Every process of a start that can fork names the sandbox directory
-// on its command line (the keeper and bwrap's two processes through bwrap's
-// arguments, an unisolated sh or envd through --root) and runs as the
-// daemon's user; envd inside bwrap dies with its pid namespace's first
-// process. Each pass kills all of them; a process forked before its parent
-// was killed is found by the next, until a pass finds none (or a few
-// seconds pass: dying processes take a moment to exit). A killed process's
-// fork may still complete until it is reaped (seen with the keeper: a
-// sweep right after its kill found nothing, one after its reaping found
-// bwrap), so callers sweep again once it was reaped. A sandbox with a
-// host id of its own is swept by that id alone: nothing else runs as it, and
-// its processes need not name anything.
-func sweepStart(d *daemon) {
-	uid := os.Geteuid()
-	if a := d.cmd.SysProcAttr; a != nil && a.Credential != nil {
-		uid = int(a.Credential.Uid)
-	}
-	sweepProcesses(d.dir, uid, d.hostID != 0 && uid == d.hostID)
-}
-
-// sweepProcesses kills, pass after pass until one finds none (or a few
-// seconds pass), the live processes running as uid that name sandbox
-// directory dir on their command line, or with byUID all those running as
-// uid (the sandbox's own host id).
-func sweepProcesses(dir string, uid int, byUID bool) {
-	var mark []byte
-	if !byUID {
-		mark = []byte(dir + "/")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), stoppingGrace)
-	defer cancel()
-	_ = poll(ctx, 50*time.Microsecond, 10*time.Millisecond, func() (bool, error) {
-		found := false
-		for _, pid := range startProcesses(uid, mark) {
-			found = true
-			_ = syscall.Kill(pid, syscall.SIGKILL)
-		}
-		return !found, nil
-	})
-}
-
-// startProcesses lists the live (not zombie, not this) processes running as
-// uid whose command line contains mark (nil: any).
-func startProcesses(uid int, mark []byte) []int {
-	entries, err := os.ReadDir("/proc")
-	if err != nil {
-		return nil
-	}
-	var pids []int
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil || pid == os.Getpid() {
-			continue
-		}
-		if mark != nil {
-			cmdline, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
-			if err != nil || !bytes.Contains(cmdline, mark) {
-				continue
-			}
-		}
-		if st, ok := readStat(pid); !ok || st.state == 'Z' || st.state == 'X' {
-			continue
-		}
-		if procUID(pid) == uid {
-			pids = append(pids, pid)
-		}
-	}
-	return pids
-}
-
-// procUID is process pid's real uid (-1 when it is gone).
-func procUID(pid int) int {
-	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
-	if err != nil {
-		return -1
-	}
-	for _, line := range strings.Split(string(data), "\n") {
-		if rest, ok := strings.CutPrefix(line, "Uid:"); ok {
-			if f := strings.Fields(rest); len(f) > 0 {
-				if uid, err := strconv.Atoi(f[0]); err == nil {
-					return uid
-				}
-			}
-		}
-	}
-	return -1
 }
