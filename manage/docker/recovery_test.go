@@ -42,6 +42,22 @@ func startManager(t *testing.T, p *Provider, store manage.Store) *manage.Manager
 	return m
 }
 
+// acquireWithKeptFile acquires named workspace key on m and writes text
+// to /workspace/kept.txt in its sandbox.
+func acquireWithKeptFile(t *testing.T, m *manage.Manager, key, text string) *manage.Lease {
+	t.Helper()
+	ctx := t.Context()
+	l, err := m.Acquire(ctx, key, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := l.Client.Run(ctx, sh("echo "+text+" > /workspace/kept.txt"), envdclient.RunOptions{})
+	if err = l.Check(ctx, err); err != nil || res.ExitCode != 0 {
+		t.Fatalf("writing the file: %+v, %v", res, err)
+	}
+	return l
+}
+
 // A damaged state.db used to make a named docker workspace come back as a
 // new empty sandbox, its container orphaned (and, at the next start,
 // removed with its volume by the reaper). Now the reaper spares what the
@@ -60,14 +76,7 @@ func TestDamagedStoreRebuiltFromContainers(t *testing.T) {
 			store := openStore(t, dir)
 			m := startManager(t, p, store)
 			const key = "stdio:keep"
-			l, err := m.Acquire(ctx, key, true)
-			if err != nil {
-				t.Fatal(err)
-			}
-			res, err := l.Client.Run(ctx, sh("echo still here > /workspace/kept.txt"), envdclient.RunOptions{})
-			if err = l.Check(ctx, err); err != nil || res.ExitCode != 0 {
-				t.Fatalf("writing the file: %+v, %v", res, err)
-			}
+			l := acquireWithKeptFile(t, m, key, "still here")
 			h, err := l.Client.Start(ctx, envdclient.Command{Cmd: "/bin/sh", Args: []string{"-c", "sleep 3600"}, Tag: "keeper"}, envdclient.StartOptions{})
 			if err != nil {
 				t.Fatal(err)
@@ -136,7 +145,7 @@ func TestDamagedStoreRebuiltFromContainers(t *testing.T) {
 			if !slices.ContainsFunc(l.Events, func(ev manage.Event) bool { return ev.Kind == manage.EventStoreRebuilt && ev.FilesKept }) {
 				t.Fatalf("events of the first call after the rebuild: %+v; want the store rebuilt with the files kept", l.Events)
 			}
-			res, err = l.Client.Run(ctx, sh("cat /workspace/kept.txt; kill -0 "+strconv.Itoa(int(pid))+" && echo alive"), envdclient.RunOptions{})
+			res, err := l.Client.Run(ctx, sh("cat /workspace/kept.txt; kill -0 "+strconv.Itoa(int(pid))+" && echo alive"), envdclient.RunOptions{})
 			if err = l.Check(ctx, err); err != nil || stdout(res) != "still here\nalive\n" {
 				t.Fatalf("the first call after the rebuild: %q, %v; want the file and the process", stdout(res), err)
 			}
@@ -197,14 +206,7 @@ func TestDamagedStoreContainerGoneVolumeKept(t *testing.T) {
 	store := openStore(t, dir)
 	m := startManager(t, p, store)
 	const key = "stdio:volume-only"
-	l, err := m.Acquire(ctx, key, true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	res, err := l.Client.Run(ctx, sh("echo in the volume > /workspace/kept.txt"), envdclient.RunOptions{})
-	if err = l.Check(ctx, err); err != nil || res.ExitCode != 0 {
-		t.Fatalf("writing the file: %+v, %v", res, err)
-	}
+	l := acquireWithKeptFile(t, m, key, "in the volume")
 	id := l.Sandbox.ID
 	l.Release()
 	if err := m.Shutdown(ctx); err != nil {
@@ -220,7 +222,7 @@ func TestDamagedStoreContainerGoneVolumeKept(t *testing.T) {
 
 	store = openStore(t, dir)
 	m = startManager(t, p, store)
-	l, err = m.Acquire(ctx, key, true)
+	l, err := m.Acquire(ctx, key, true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -229,7 +231,7 @@ func TestDamagedStoreContainerGoneVolumeKept(t *testing.T) {
 	if i < 0 || l.Events[i].FilesKept || !l.Events[i].OnlyWorkspaceKept {
 		t.Fatalf("events of the first call: %+v; want the store rebuilt, the sandbox new, its workspace files kept", l.Events)
 	}
-	res, err = l.Client.Run(ctx, sh("cat /workspace/kept.txt"), envdclient.RunOptions{})
+	res, err := l.Client.Run(ctx, sh("cat /workspace/kept.txt"), envdclient.RunOptions{})
 	if err = l.Check(ctx, err); err != nil || stdout(res) != "in the volume\n" {
 		t.Fatalf("the file in the new sandbox: %q, %v", stdout(res), err)
 	}
