@@ -7,7 +7,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -116,19 +115,11 @@ func (q *diskQuota) makeImage(ctx context.Context, img string) error {
 		if err == nil {
 			return nil
 		}
-		// Missing: the template, not img's directory.
-		unusable := errors.Is(err, errTemplateDamaged) || errors.Is(err, fs.ErrNotExist) && !exists(img)
-		if attempt > 0 || !unusable {
+		if attempt > 0 || !errors.Is(err, errTemplateDamaged) {
 			return err
 		}
 		q.dropTemplate(t)
 	}
-}
-
-// exists reports whether path exists.
-func exists(path string) bool {
-	_, err := os.Lstat(path)
-	return err == nil
 }
 
 // mountVolume mounts dir's image at volume/ unless it is mounted already

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -182,16 +183,23 @@ func removeStaleTemplates(dir string) {
 var errTemplateDamaged = errors.New("the disk template is damaged")
 
 // copyTemplate writes image img, a new file, as a copy of template t with
-// a fresh UUID and hash seed. errTemplateDamaged (or a missing file) means
-// t cannot be used; img is then removed.
+// a fresh UUID and hash seed. errTemplateDamaged (a missing template
+// file too) means t cannot be used; img is then removed.
 func (q *diskQuota) copyTemplate(t diskTemplate, img string) (err error) {
 	src, err := os.Open(t.path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("%w: %v", errTemplateDamaged, err)
+	}
 	if err != nil {
 		return err
 	}
 	defer func() { _ = src.Close() }()
-	if fi, err := src.Stat(); err != nil || fi.Size() != q.size {
-		return fmt.Errorf("%w: size %v, want %d", errTemplateDamaged, fi.Size(), q.size)
+	fi, err := src.Stat()
+	if err != nil {
+		return err
+	}
+	if fi.Size() != q.size {
+		return fmt.Errorf("%w: size %d, want %d", errTemplateDamaged, fi.Size(), q.size)
 	}
 	dst, err := os.OpenFile(img, os.O_CREATE|os.O_EXCL|os.O_RDWR, 0o600)
 	if err != nil {

@@ -147,43 +147,56 @@ func (h *hostIDs) allocateLocked(id, dir string) (int, error) {
 	// of its process budget gone. Such ids are taken only when no other is
 	// free.
 	live, all := processIDs()
-	for _, busy := range []map[int]bool{all, live} {
-		uid, err := h.claimFree(id, dir, busy)
-		if err != nil || uid != 0 {
-			return uid, err
+	zombieOnly := 0
+	for uid := h.ids.First; uid < h.ids.First+h.ids.Count; uid++ {
+		if live[uid] {
+			continue
 		}
+		if free, err := h.free(uid); err != nil || !free {
+			if err != nil {
+				return 0, err
+			}
+			continue
+		}
+		if all[uid] {
+			if zombieOnly == 0 {
+				zombieOnly = uid
+			}
+			continue
+		}
+		return h.claim(id, dir, uid)
+	}
+	if zombieOnly != 0 {
+		return h.claim(id, dir, zombieOnly)
 	}
 	return 0, fmt.Errorf("sandbox host ids: all %d ids of the range %s are in use (by sandboxes, stopped ones included, or by running processes): "+
 		"kill unused sandboxes or give a larger range (--sandbox-ids)", h.ids.Count, h.ids)
 }
 
-// claimFree claims for sandbox id the first id of the range that busy does
-// not hold and no live sandbox claims, and records it in dir; 0 if there is
-// none.
-func (h *hostIDs) claimFree(id, dir string, busy map[int]bool) (int, error) {
-	for uid := h.ids.First; uid < h.ids.First+h.ids.Count; uid++ {
-		if busy[uid] {
-			continue
-		}
-		claim := filepath.Join(h.dir, strconv.Itoa(uid))
-		holder, err := os.ReadFile(claim)
-		switch {
-		case errors.Is(err, fs.ErrNotExist):
-		case err != nil:
-			return 0, fmt.Errorf("sandbox host ids: %w", err)
-		case !h.stale(string(holder)):
-			continue
-		}
-		if err := writeFileAtomic(claim, []byte(h.holder(id)), 0o600); err != nil {
-			return 0, fmt.Errorf("sandbox host ids: %w", err)
-		}
-		if err := writeFileAtomic(filepath.Join(dir, hostIDFile), []byte(strconv.Itoa(uid)+"\n"), 0o600); err != nil {
-			_ = os.Remove(claim)
-			return 0, fmt.Errorf("sandbox host ids: %w", err)
-		}
-		return uid, nil
+// free reports whether no live sandbox claims uid (a claim left by a gone
+// one is stale).
+func (h *hostIDs) free(uid int) (bool, error) {
+	holder, err := os.ReadFile(filepath.Join(h.dir, strconv.Itoa(uid)))
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return true, nil
+	case err != nil:
+		return false, fmt.Errorf("sandbox host ids: %w", err)
 	}
-	return 0, nil
+	return h.stale(string(holder)), nil
+}
+
+// claim claims uid for sandbox id and records it in dir.
+func (h *hostIDs) claim(id, dir string, uid int) (int, error) {
+	claim := filepath.Join(h.dir, strconv.Itoa(uid))
+	if err := writeFileAtomic(claim, []byte(h.holder(id)), 0o600); err != nil {
+		return 0, fmt.Errorf("sandbox host ids: %w", err)
+	}
+	if err := writeFileAtomic(filepath.Join(dir, hostIDFile), []byte(strconv.Itoa(uid)+"\n"), 0o600); err != nil {
+		_ = os.Remove(claim)
+		return 0, fmt.Errorf("sandbox host ids: %w", err)
+	}
+	return uid, nil
 }
 
 // stale reports whether a claim by holder (a sandbox directory's path; a

@@ -224,20 +224,15 @@ func (p *Provider) registerDaemon(ctx context.Context, id string, d *daemon, spe
 // the daemon is stopped and the error is abortStart's.
 func (p *Provider) confine(ctx context.Context, id string, d *daemon, spec sandboxSpec, f *startFiles, began time.Time) (held time.Duration, err error) {
 	cg := d.cg
-	if p.isolation != IsolationBwrap {
-		if cg != nil {
-			if err := p.addToCgroup(cg, d); err != nil {
-				return 0, p.abortStart(ctx, id, d, "cgroup", err)
-			}
-		}
-		return 0, nil
-	}
 	// A sandbox that died already is not an error here: the ready pipe
 	// reports how it died.
 	if cg != nil {
 		if err := p.addToCgroup(cg, d); err != nil {
 			return 0, p.abortStart(ctx, id, d, "cgroup", err)
 		}
+	}
+	if p.isolation != IsolationBwrap {
+		return 0, nil
 	}
 	_ = f.argsW.Close() // EOF on the args fd lets bwrap go on
 	child, err := readInfo(ctx, f.infoR)
@@ -258,11 +253,10 @@ func (p *Provider) confine(ctx context.Context, id string, d *daemon, spec sandb
 	return time.Since(began), nil
 }
 
-// addToCgroup moves the started daemon d, and more (bwrap's sandbox's
-// first process), into cg; a detached daemon's keeper first, then what it
-// started (forked before it was moved, or else in cg already). Processes
-// that are gone already are no error.
-func (p *Provider) addToCgroup(cg *cgroup, d *daemon, more ...int) error {
+// addToCgroup moves the started daemon d into cg; a detached daemon's
+// keeper first, then what it started (forked before it was moved, or else
+// in cg already). Processes that are gone already are no error.
+func (p *Provider) addToCgroup(cg *cgroup, d *daemon) error {
 	if err := cg.add(d.pid); err != nil && !processGone(err) {
 		return err
 	}
@@ -270,7 +264,7 @@ func (p *Provider) addToCgroup(cg *cgroup, d *daemon, more ...int) error {
 	if d.detached {
 		rest = keeperChildren(d.pid)
 	}
-	for _, pid := range append(rest, more...) {
+	for _, pid := range rest {
 		if err := cg.add(pid); err != nil && !processGone(err) {
 			return err
 		}
