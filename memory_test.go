@@ -267,6 +267,14 @@ func TestHTTPMaxRequestMemoryFlag(t *testing.T) {
 		t.Fatalf("a 2 MiB body under a 1 MiB budget: %d %s; want 413 naming both limits", resp.StatusCode, body)
 	}
 
+	// 0 means no budget, not server.Config's zero (the default budget):
+	// the server must get a negative value.
+	for v, want := range map[byteSize]int64{0: -1, 1 << 20: 1 << 20} {
+		h := httpOptions{maxRequestMemory: v, insecureNoAuth: true}
+		if cfg, err := h.serverConfig(); err != nil || cfg.MaxRequestMemory != want {
+			t.Errorf("--max-request-memory %d gives server.Config.MaxRequestMemory %d (%v); want %d", v, cfg.MaxRequestMemory, err, want)
+		}
+	}
 	n2 := newNewcomer(t)
 	off := startHTTPServe(t, n2, "--max-request-memory", "0")
 	c := connectHTTP(t, off, n2.httpToken(), nil)

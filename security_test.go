@@ -658,7 +658,8 @@ func TestDiskQuota(t *testing.T) {
 
 // Finding 1, against the real binary: inside alice's sandbox the tenant
 // replaces everything it can write where the daemon's socket used to be
-// with symlinks to bob's socket (old and new places) and to a host socket,
+// with symlinks: envd.sock to a host socket, others to bob's socket and
+// control directory,
 // then alice's server restarts, so her next calls dial afresh. They still
 // run in alice's sandbox, bob's workspace is untouched, and the host socket
 // never sees a connection.
@@ -703,20 +704,34 @@ func TestSocketSwapFromInsideTheSandbox(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ln.Close()
-	accepted := make(chan struct{}, 1)
+	// Connections are accepted in the order they were made: when the
+	// test's own sentinel connection (its first byte 0xff) comes, every
+	// connection the server made before it has been counted.
+	before := make(chan int, 1)
 	go func() {
-		if c, err := ln.Accept(); err == nil {
-			accepted <- struct{}{}
-			c.Close()
+		accepted := 0
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			accepted++
+			go func(c net.Conn, others int) {
+				defer c.Close()
+				b := make([]byte, 1)
+				if _, err := io.ReadFull(c, b); err == nil && b[0] == 0xff {
+					before <- others
+				}
+			}(c, accepted-1)
 		}
 	}()
 
 	bobDir := filepath.Join(state, "sandboxes", bobID)
 	attack := fmt.Sprintf(`cd /.sandbox-mcp/run || exit 1
 for f in * .[!.]*; do [ -e "$f" ] && mv "$f" "moved-$f"; done
-ln -s %[1]s/run/envd.sock envd.sock
-ln -s %[1]s/ctl/envd.sock ctl
-ln -s %[2]s host.sock
+ln -s %[2]s envd.sock
+ln -s %[1]s/ctl ctl
+ln -s %[1]s/run/envd.sock bob.sock
 echo replaced`, bobDir, hostSock)
 	if out := sh(alice, attack); !strings.Contains(out, "replaced") {
 		t.Fatalf("attack script: %s", out)
@@ -735,10 +750,16 @@ echo replaced`, bobDir, hostSock)
 	if got := sh(alice, "cat owner"); got != "alice" {
 		t.Errorf("alice's file: %q; want alice", got)
 	}
-	select {
-	case <-accepted:
-		t.Error("the server connected to the host socket alice's sandbox pointed at")
-	default:
+	sentinel, err := net.Dial("unix", hostSock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sentinel.Close()
+	if _, err := sentinel.Write([]byte{0xff}); err != nil {
+		t.Fatal(err)
+	}
+	if others := <-before; others != 0 {
+		t.Errorf("the server made %d connections to the host socket alice's sandbox pointed its envd.sock at", others)
 	}
 }
 
