@@ -224,9 +224,24 @@ func failingStarts() []failingStart {
 			if p.disk == nil {
 				return undoEnvd
 			}
-			old := p.disk.mkfs
-			p.disk.mkfs = "/bin/false"
-			return func() { p.disk.mkfs = old; undoEnvd() }
+			// No template cached or on disk, and mkfs fails: the image
+			// cannot be made.
+			q := p.disk
+			q.mu.Lock()
+			oldMkfs, oldDir, oldTmpl := q.mkfs, q.templates, q.tmpl
+			empty, err := os.MkdirTemp("", "no-templates-")
+			if err != nil {
+				panic(err)
+			}
+			q.mkfs, q.templates, q.tmpl = "/bin/false", empty, diskTemplate{}
+			q.mu.Unlock()
+			return func() {
+				q.mu.Lock()
+				q.mkfs, q.templates, q.tmpl = oldMkfs, oldDir, oldTmpl
+				q.mu.Unlock()
+				_ = os.RemoveAll(empty)
+				undoEnvd()
+			}
 		}},
 	}
 }
