@@ -110,16 +110,6 @@ func (m *Manager) load(ws *workspace, f *flight, epoch uint64) error {
 		if named {
 			if ev, tell := m.unrecoveredEvent(ws.key); tell {
 				f.events = append(f.events, ev)
-				at := len(f.events) - 1
-				err := m.create(ws, f, epoch, 1, EventCreated, nil)
-				// A new sandbox on a workspace volume the provider kept
-				// (docker) has the workspace's files after all.
-				ws.mu.Lock()
-				if err == nil && ws.sb != nil && ws.sb.WorkspaceKept {
-					f.events[at].OnlyWorkspaceKept = true
-				}
-				ws.mu.Unlock()
-				return err
 			}
 		}
 		return m.create(ws, f, epoch, 1, EventCreated, nil)
@@ -287,8 +277,17 @@ func (m *Manager) create(ws *workspace, f *flight, epoch uint64, gen int64, kind
 		return fmt.Errorf("workspace %q: creating a sandbox with the %s provider: %w", ws.key, m.opts.Provider.Name(), err)
 	}
 	m.creations.Add(1)
-	if lost != nil && made.WorkspaceKept {
-		lost.FilesKept, lost.OnlyWorkspaceKept = true, true
+	if made.WorkspaceKept {
+		if lost != nil {
+			lost.FilesKept, lost.OnlyWorkspaceKept = true, true
+		}
+		// A rebuilt store that found no sandbox of the workspace: the new
+		// one still has the workspace's files (a volume the provider kept).
+		for i := range f.events {
+			if ev := &f.events[i]; ev.Kind == EventStoreRebuilt && !ev.FilesKept {
+				ev.OnlyWorkspaceKept = true
+			}
+		}
 	}
 	err = m.publish(ws, f, epoch, made, gen, kind, lost, true)
 	ws.mu.Lock()
