@@ -1,6 +1,7 @@
 package manage
 
 import (
+	"cmp"
 	"context"
 	"slices"
 	"time"
@@ -110,9 +111,15 @@ func (m *Manager) recoverStore() {
 		m.log.Error("the store file was damaged and replaced, and listing the sandboxes to rebuild it failed; recorded workspaces are forgotten (their sandboxes are untouched)", "err", err)
 		return
 	}
-	// The newest sandbox of a key is its own; older ones (a kill that
-	// never finished) are orphans.
-	slices.SortFunc(found, func(a, b Rediscovered) int { return b.Sandbox.CreatedAt.Compare(a.Sandbox.CreatedAt) })
+	// The newest sandbox of a key is its own (the highest generation, the
+	// later made on a tie, as KeepNewestGeneration picks); older ones (a
+	// kill that never finished) are orphans.
+	slices.SortFunc(found, func(a, b Rediscovered) int {
+		if c := cmp.Compare(b.Generation, a.Generation); c != 0 {
+			return c
+		}
+		return b.Sandbox.CreatedAt.Compare(a.Sandbox.CreatedAt)
+	})
 	done := map[string]bool{}
 	recovered, failed := 0, 0
 	for _, r := range found {
