@@ -37,6 +37,9 @@ type memoryBudget struct {
 	capacity int64 // 0: no budget
 	share    int64 // the most one principal may hold
 	wait     time.Duration
+	// waiting, when set (tests), is called each time an acquire starts
+	// waiting for room.
+	waiting func()
 
 	mu      sync.Mutex
 	used    int64
@@ -103,6 +106,9 @@ func (b *memoryBudget) acquire(ctx context.Context, principal string, n int64, w
 			timer := time.NewTimer(b.wait)
 			defer timer.Stop()
 			deadline = timer.C
+		}
+		if b.waiting != nil {
+			b.waiting()
 		}
 		select {
 		case <-changed:

@@ -59,6 +59,8 @@ func TestMemoryBudgetWaitsForRelease(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	waiting := make(chan struct{}, 1)
+	b.waiting = func() { waiting <- struct{}{} }
 	got := make(chan error, 1)
 	go func() {
 		r, err := b.acquire(context.Background(), "p", 80, true)
@@ -67,7 +69,8 @@ func TestMemoryBudgetWaitsForRelease(t *testing.T) {
 		}
 		got <- err
 	}()
-	release() // before or while the other waits: it gets the room either way
+	recv(t, waiting, "the second acquire to wait")
+	release() // while the other waits: it gets the room
 	if err := recv(t, got, "the waiting acquire"); err != nil {
 		t.Fatalf("acquire after a release: %v", err)
 	}
