@@ -123,30 +123,52 @@ func sweepProcesses(dir string, uid int, byUID bool) {
 // startProcesses lists the live (not zombie, not this) processes running as
 // uid whose command line contains mark (nil: any).
 func startProcesses(uid int, mark []byte) []int {
+	return matchProcesses(liveProcesses(), uid, mark)
+}
+
+// matchProcesses picks from procs those running as uid whose command line
+// contains mark (nil: any).
+func matchProcesses(procs []liveProcess, uid int, mark []byte) []int {
+	var pids []int
+	for _, lp := range procs {
+		if lp.uid == uid && (mark == nil || bytes.Contains(lp.cmdline, mark)) {
+			pids = append(pids, lp.pid)
+		}
+	}
+	return pids
+}
+
+// liveProcess is a live process of the host, as sweeps look at it.
+type liveProcess struct {
+	pid, uid int
+	cmdline  []byte
+}
+
+// liveProcesses lists the host's live processes (not zombies, not this
+// one) with their real uid and command line.
+func liveProcesses() []liveProcess {
 	entries, err := os.ReadDir("/proc")
 	if err != nil {
 		return nil
 	}
-	var pids []int
+	var procs []liveProcess
 	for _, e := range entries {
 		pid, err := strconv.Atoi(e.Name())
 		if err != nil || pid == os.Getpid() {
 			continue
 		}
-		if mark != nil {
-			cmdline, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
-			if err != nil || !bytes.Contains(cmdline, mark) {
-				continue
-			}
+		cmdline, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+		if err != nil {
+			continue
 		}
 		if st, ok := readStat(pid); !ok || st.state == 'Z' || st.state == 'X' {
 			continue
 		}
-		if procUID(pid) == uid {
-			pids = append(pids, pid)
+		if uid := procUID(pid); uid >= 0 {
+			procs = append(procs, liveProcess{pid: pid, uid: uid, cmdline: cmdline})
 		}
 	}
-	return pids
+	return procs
 }
 
 // procUID is process pid's real uid (-1 when it is gone).

@@ -65,6 +65,7 @@ func (p *Provider) reapLeftovers(ctx context.Context) error {
 	if p.cred != nil {
 		uid = int(p.cred.Uid)
 	}
+	procs := liveProcesses() // one look at /proc for every sandbox
 	for _, de := range entries {
 		id := de.Name()
 		if !validID(id) || !de.IsDir() {
@@ -83,7 +84,7 @@ func (p *Provider) reapLeftovers(ctx context.Context) error {
 				sandboxUID, byUID = hostID, true
 			}
 		}
-		stray := len(startProcesses(sandboxUID, []byte(dir+"/"))) > 0
+		stray := len(matchProcesses(procs, sandboxUID, []byte(dir+"/"))) > 0
 		if cg == nil && !stray && !mounted(dir, filepath.Join(dir, volumeDir)) {
 			continue
 		}
